@@ -53,6 +53,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    CHECKPOINT_READS,
     COLLECTING_METHODS,
     ENDLESS_COUNTERS,
     LIBRARY_OS_ERRORS,
@@ -62,6 +63,7 @@ from accel_convert.codemods.engine.torch_names import (
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
     RANDOM_SPLITS,
+    STATE_LOADING_METHODS,
     initialises_at_random,
     is_loss_function,
     is_loss_module,
@@ -674,20 +676,31 @@ def _drawing_model_classes(a: Analysis) -> set[str]:
 
 
 def _loaded_from_checkpoint(a: Analysis) -> set[str]:
-    """Names (attributes of ``self`` by their own name) whose weights a checkpoint replaces:
-    ``best.load_state_dict(torch.load(path))``, not a copy of another module's
-    (``target.load_state_dict(policy.state_dict())``: as random as that module)."""
+    """Names (attributes of ``self`` by their own name) whose weights a checkpoint replaces: given
+    to ``load_state_dict`` a checkpoint read (:data:`CHECKPOINT_READS`, by qualified name:
+    ``best.load_state_dict(torch.load(path))``) or what a name bound from one holds
+    (``net.load_state_dict(checkpoint["net"])`` after ``checkpoint = torch.load(path)`` in the same
+    function). Not a copy of another module's (``target.load_state_dict(policy.state_dict())``: as
+    random as that module)."""
+    reads = {id(call.node) for call in a.r.calls if a.qualified(call) in CHECKPOINT_READS}
+    if not reads:
+        return set()
+    holding = {
+        (assign.function, target)
+        for assign in a.r.assigns
+        if any(id(inner) in reads for inner in calls_in(assign.value))
+        for target in assign.targets
+    }
     loaded = set()
     for call in a.r.calls:
         func = call.node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and call.node.args):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in STATE_LOADING_METHODS and call.node.args):
             continue
-        copied = any(
-            isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "state_dict"
-            for inner in calls_in(call.node.args[0].value)
-        )
+        given = nodes_in(call.node.args[0].value)
         receiver = dotted(func.value)
-        if receiver is not None and not copied:
+        if receiver is not None and any(
+            id(node) in reads or (call.function, dotted(node)) in holding for node in given
+        ):
             loaded.add(_held_name(receiver))
     return loaded
 
