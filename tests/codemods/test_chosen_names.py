@@ -13,6 +13,7 @@ import pytest
 from accel_convert.codemods import Options, convert_module
 from accel_convert.codemods.engine.chosen_names import next_reads_after_chains, statements_in_order
 from accel_convert.codemods.engine.name_flow import name_flow_problems
+from accel_convert.codemods.engine.positions import python_statements
 
 CHAIN = """\
 if cfg == "adam":
@@ -81,6 +82,16 @@ def test_the_plan_finds_the_next_read_among_the_small_statements_of_a_line() -> 
     source = SETUP + CHAIN.replace("for epoch in range(2):", "steps = 0; optimizer.zero_grad()\nfor epoch in range(2):")
     code = _converted(source)
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\nsteps = 0" in code
+
+
+def test_python_statements_are_found_where_their_sites_start() -> None:
+    """Every statement at any depth, by its start in characters as sites count them (CPython
+    counts bytes: ``é`` is two); empty for a file CPython cannot parse."""
+    at = python_statements('label = "é"; steps = 0\nif steps:\n    steps += 1\n')
+    assert isinstance(at[(1, 13)], ast.Assign) and ast.unparse(at[(1, 13)]) == "steps = 0"
+    assert isinstance(at[(2, 0)], ast.If) and isinstance(at[(3, 4)], ast.AugAssign)
+    assert len(at) == 4
+    assert python_statements("if :\n") == {}
 
 
 def test_the_next_read_is_found_at_any_depth_unless_under_a_test_of_the_chosen_value() -> None:
