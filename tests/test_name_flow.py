@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+from accel_convert.codemods.engine import name_flow
 from accel_convert.codemods.engine.name_flow import name_flow_problems, possibly_unbound_reads
 
 
@@ -166,3 +167,29 @@ def test_a_read_in_another_block_than_the_originals_own_is_the_conversions() -> 
         "    if label[1] > 0:\n        pass\n    y = 1\n    print(target)\n    print(target + 1)\n"
     )
     assert [problem.name for problem in name_flow_problems(original, converted)] == ["target"]
+
+
+def test_a_scope_s_statements_are_indexed_once_for_all_its_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two names of one scope (``target`` and ``weight``, each chosen by the chain and moved by
+    the original, the move removed): both are the original's, and the scope's statements are
+    walked and printed once for the two questions, not once per name."""
+    source = """
+import torch
+def train(loader, mode):
+    for label in loader:
+        if mode == "plain":
+            target, weight = label.clone(), label
+        elif mode == "scaled":
+            target, weight = label * 2, label
+        {move}
+        print(target.sum(), weight.sum())
+        print(target.mean(), weight.mean())
+train(torch.ones(4, 2), "plain")
+"""
+    original = ast.parse(source.format(move="target, weight = target.to('cpu'), weight.to('cpu')"))
+    converted = ast.parse(source.format(move="pass"))
+    walked: list[int] = []
+    walk = name_flow._statement_chains
+    monkeypatch.setattr(name_flow, "_statement_chains", lambda body: walked.append(len(body)) or walk(body))
+    assert name_flow_problems(original, converted) == []
+    assert len(walked) == 2, "the original's and the converted scope's statements, once each"

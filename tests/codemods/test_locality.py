@@ -32,6 +32,7 @@ from accel_convert.codemods.model.locality import (
     mean_over_rows,
     per_batch_values,
     rows_added,
+    run_once_per_batch,
 )
 from tests.codemods.support import code
 
@@ -1132,6 +1133,43 @@ def test_per_batch_values() -> None:
     found = per_batch_values(loop, builtins_at(None))
     assert found.counters == {"i", "steps", "self.count", "tries", "done"}
     assert found.lists == {"losses", "skipped"}
+
+
+RUN_ONCE_BODY = """
+first = 1
+with ctx:
+    second = 2
+if a:
+    third = 3
+elif b:
+    fourth = 4
+else:
+    fifth = 5
+try:
+    sixth = 6
+except ValueError:
+    failed = 0
+else:
+    seventh = 7
+finally:
+    eighth = 8
+for row in rows:
+    per_row = 0
+while waiting:
+    waited = 0
+def helper():
+    inner = 0
+last = 9
+"""
+
+
+def test_run_once_per_batch_in_source_order() -> None:
+    """The simple statements a batch runs at most once, in the order they stand: through ``with``,
+    ``if``/``elif``/``else`` and ``try``'s body, ``else`` and ``finally``; not an ``except``
+    block, a nested loop's body or a nested function's."""
+    body = cst.parse_module(RUN_ONCE_BODY.lstrip()).body
+    found = [cst.Module([]).code_for_node(line).split(" =")[0] for line in run_once_per_batch(body)]
+    assert found == ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "last"]
 
 
 @pytest.mark.parametrize(

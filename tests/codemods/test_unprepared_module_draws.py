@@ -71,3 +71,33 @@ def test_unprepared_modules_drawing_their_weights_are_shared_draws() -> None:
 def test_a_seed_before_the_construction_makes_it_agree() -> None:
     seeded = SCRIPT.replace("    window = Window()\n", "    torch.manual_seed(0)\n    window = Window()\n")
     assert drawn_lines(seeded) == []
+
+
+def test_weights_from_a_name_holding_a_checkpoint_read_are_loaded() -> None:
+    """``checkpoint = torch.load(...)`` (by qualified name: ``load`` imported from ``torch``),
+    then ``best.load_state_dict(checkpoint["net"])``: the file decides its weights."""
+    loaded = SCRIPT.replace(
+        '    best.load_state_dict(torch.load("best.pt"))\n',
+        '    checkpoint = read("best.pt")\n    best.load_state_dict(checkpoint["net"])\n',
+    ).replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom torch import load as read\n")
+    lines = textwrap.dedent(loaded).splitlines()
+    assert [lines[line - 1].strip() for line in drawn_lines(loaded)] == [
+        "teacher = Net()",
+        "projection = nn.Sequential(nn.Linear(8, 8), nn.ReLU())",
+    ]
+
+
+def test_weights_copied_from_a_module_through_a_name_are_as_random_as_that_module() -> None:
+    """``best.load_state_dict(snapshot)`` with ``snapshot = copy.deepcopy(teacher.state_dict())``:
+    no checkpoint is read, so ``best`` holds the teacher's random weights and is a shared draw
+    (before, any argument but a ``state_dict()`` call written in the call counted as loaded)."""
+    copied = SCRIPT.replace(
+        '    best.load_state_dict(torch.load("best.pt"))\n',
+        "    snapshot = copy.deepcopy(teacher.state_dict())\n    best.load_state_dict(snapshot)\n",
+    ).replace("import torch\n", "import copy\nimport torch\n", 1)
+    lines = textwrap.dedent(copied).splitlines()
+    assert [lines[line - 1].strip() for line in drawn_lines(copied)] == [
+        "teacher = Net()",
+        "projection = nn.Sequential(nn.Linear(8, 8), nn.ReLU())",
+        "best = Net()",
+    ]

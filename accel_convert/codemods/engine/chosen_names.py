@@ -25,15 +25,18 @@ purpose there, and a read right after the chain would fail where the original ru
 :mod:`codemods.model.plan`) and the name-flow guard (whether a ``prepare`` it finds reading the
 name first is one the original's next read makes safe, :mod:`codemods.engine.name_flow`) both
 ask. It reads CPython's trees (the guard's); the plan hands it the code of its statements.
+
+:func:`statements_in_order` is the one walk of a scope's blocks of statements (bodies, ``except``
+handlers, ``else`` and ``finally`` blocks, ``match`` cases) that both ask: :func:`next_read` for
+the tests around each statement, the guard for where each statement stands.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
-#: Statements whose bodies run after their header, in the order they stand.
-_BLOCKS = ("body", "handlers", "orelse", "finalbody")
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 #: Statements evaluating nothing themselves: their blocks' statements are asked one by one.
 _NO_HEADER = (ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), *_DEFINITIONS)
@@ -42,13 +45,17 @@ _NO_HEADER = (ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), *_D
 def next_read(chain: ast.If, later: Sequence[ast.stmt], name: str) -> ast.stmt | None:
     """The statement of the next read of ``name`` in ``later`` (the statements after ``chain`` in its
     block), at whatever depth, when it decides nothing by the value ``chain`` chose ``name`` by:
-    none of the ``if``/``while`` tests around it (inside ``later``) reads a value ``chain``'s tests
-    read. None where ``later`` binds ``name`` again before reading it, reads it under such a
-    test, or never reads it. Definitions are skipped (their bodies run when called)."""
+    none of the ``if``/``while`` tests and ``match`` subjects around it (inside ``later``) reads a
+    value ``chain``'s tests read. None where ``later`` binds ``name`` again before reading it,
+    reads it under such a test, or never reads it. Definitions are skipped (their bodies run when
+    called)."""
     chosen_by = _tested_values(_chain_tests(chain))
-    for statement, tests in _in_order(later, ()):
+    for path in statements_in_order(later):
+        statement = path[-1].statement
+        if isinstance(statement, _DEFINITIONS):
+            continue
         if _reads(statement, name):
-            return None if _tested_values(tests) & chosen_by else statement
+            return None if _tested_values(_tests_around(path)) & chosen_by else statement
         if name in _stored_by_header(statement):
             return None
     return None
@@ -59,23 +66,53 @@ def next_reads_after_chains(body: Sequence[ast.stmt], name: str) -> list[ast.stm
     compound statements (the ``if __name__ == "__main__":`` block), with the statements after the
     chain in its own block; definitions aside (their bodies are scopes of their own)."""
     found: list[ast.stmt] = []
-    blocks: list[Sequence[ast.stmt]] = [body]
-    while blocks:
-        block = blocks.pop()
-        for index, statement in enumerate(block):
-            if isinstance(statement, _DEFINITIONS):
-                continue
-            if isinstance(statement, ast.If) and name in _stored_anywhere_in(statement):
-                read = next_read(statement, block[index + 1 :], name)
-                if read is not None:
-                    found.append(read)
-            for field in _BLOCKS:
-                parts = getattr(statement, field, [])
-                if field == "handlers":
-                    blocks.extend(handler.body for handler in parts)
-                elif parts:
-                    blocks.append(parts)
+    for path in statements_in_order(body):
+        statement, block, index = path[-1]
+        if isinstance(statement, ast.If) and name in _stored_anywhere_in(statement):
+            read = next_read(statement, block[index + 1 :], name)
+            if read is not None:
+                found.append(read)
     return found
+
+
+class Placed(NamedTuple):
+    """A statement and where it stands: the block holding it and its index there (``at``)."""
+
+    statement: ast.stmt
+    block: Sequence[ast.stmt]
+    at: int
+
+
+def statements_in_order(body: Sequence[ast.stmt]) -> Iterator[tuple[Placed, ...]]:
+    """Every statement of ``body`` and of the blocks nested in it (:func:`blocks_of`), in source
+    order (a compound statement before the statements of its blocks), each as its path from
+    ``body``: the statements around it, outermost first, then itself. Definitions are yielded but
+    not entered: their bodies run when they are called."""
+    pending: list[tuple[Placed, ...]] = []
+    _push_block(pending, body, ())
+    while pending:
+        path = pending.pop()
+        yield path
+        statement = path[-1].statement
+        if not isinstance(statement, _DEFINITIONS):
+            for block in reversed(blocks_of(statement)):
+                _push_block(pending, block, path)
+
+
+def _push_block(pending: list[tuple[Placed, ...]], block: Sequence[ast.stmt], outer: tuple[Placed, ...]) -> None:
+    """Put ``block``'s statements on ``pending`` (a stack) so that the first comes off first."""
+    pending.extend((*outer, Placed(statement, block, index)) for index, statement in reversed(list(enumerate(block))))
+
+
+def blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks of statements ``statement`` holds, in source order: its body, its ``except``
+    handlers' bodies, its ``else`` and ``finally`` blocks, its ``match`` cases' bodies (none for a
+    simple statement)."""
+    blocks: list[list[ast.stmt]] = [getattr(statement, "body", [])]
+    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
+    blocks += [getattr(statement, "orelse", []), getattr(statement, "finalbody", [])]
+    blocks += [case.body for case in getattr(statement, "cases", ())]
+    return [block for block in blocks if block]
 
 
 def _stored_anywhere_in(statement: ast.stmt) -> set[str]:
@@ -92,22 +129,16 @@ def _chain_tests(chain: ast.If) -> list[ast.expr]:
     return tests
 
 
-def _in_order(
-    statements: Sequence[ast.stmt], tests: tuple[ast.expr, ...]
-) -> Iterator[tuple[ast.stmt, tuple[ast.expr, ...]]]:
-    """Each statement with the tests guarding it, in source order: a compound statement (its own
-    header) before the statements of its blocks."""
-    for statement in statements:
-        if isinstance(statement, _DEFINITIONS):
-            continue
-        yield statement, tests
-        inner = (*tests, statement.test) if isinstance(statement, (ast.If, ast.While)) else tests
-        for field in _BLOCKS:
-            for part in getattr(statement, field, ()):
-                if isinstance(part, ast.ExceptHandler):
-                    yield from _in_order(part.body, inner)
-                else:
-                    yield from _in_order([part], inner)
+def _tests_around(path: Sequence[Placed]) -> list[ast.expr]:
+    """What decides whether the last statement of ``path`` runs: the tests of the ``if`` and
+    ``while`` statements around it and the subjects of the ``match`` statements around it."""
+    tests: list[ast.expr] = []
+    for outer, _, _ in path[:-1]:
+        if isinstance(outer, (ast.If, ast.While)):
+            tests.append(outer.test)
+        elif isinstance(outer, ast.Match):
+            tests.append(outer.subject)
+    return tests
 
 
 def _header(statement: ast.stmt) -> list[ast.AST]:

@@ -41,7 +41,7 @@ from functools import partial
 from operator import attrgetter
 from typing import Any
 
-from accel_convert.codemods.engine.chosen_names import next_reads_after_chains
+from accel_convert.codemods.engine.chosen_names import next_reads_after_chains, statements_in_order
 
 #: Names every module can read without binding them.
 ALWAYS_BOUND = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__"}
@@ -244,44 +244,73 @@ class _OriginalFailsFirst:
     def __init__(self, original: ast.Module, converted: ast.Module) -> None:
         self.original = original
         self.converted = converted
+        #: Scope → its statements in both trees, built on the first question about it.
+        self._scopes: dict[str, _ScopeStatements | None] = {}
 
     def covers(self, scope: str, reads: Iterable[Position], original_reads: Iterable[Position]) -> bool:
-        original_body = _scope_body(self.original, scope)
-        converted_body = _scope_body(self.converted, scope)
-        if original_body is None or converted_body is None or not original_reads:
+        if not original_reads:
             return False
-        original_statements = _statement_chains(original_body)
-        by_text: dict[str, list[Chain]] = {}
-        for statement, chain in original_statements:
-            by_text.setdefault(ast.unparse(statement), []).append(chain)
-        first_reads = [found[1] for found in map(partial(_innermost, original_statements), original_reads) if found]
-        converted_statements = _statement_chains(converted_body)
-        at_chain = {chain: statement for statement, chain in converted_statements}
+        statements = self._statements(scope)
+        if statements is None:
+            return False
+        first_reads = [found[1] for found in map(partial(_innermost, statements.original), original_reads) if found]
         for position in reads:
-            found = _innermost(converted_statements, position)
-            same = None if found is None else _placed_in_original(found[1], at_chain, by_text)
+            found = _innermost(statements.converted, position)
+            same = None if found is None else statements.placed_in_original(found[1])
             if not same or not all(
                 any(first == chain or _goes_before(first, chain) for first in first_reads) for chain in same
             ):
                 return False
         return True
 
+    def _statements(self, scope: str) -> _ScopeStatements | None:
+        """The scope's statements in both trees (None where either lacks the scope), made once."""
+        if scope not in self._scopes:
+            original_body = _scope_body(self.original, scope)
+            converted_body = _scope_body(self.converted, scope)
+            found = None
+            if original_body is not None and converted_body is not None:
+                found = _ScopeStatements(_statement_chains(original_body), _statement_chains(converted_body))
+            self._scopes[scope] = found
+        return self._scopes[scope]
 
-def _placed_in_original(
-    chain: Chain, at_chain: Mapping[Chain, ast.stmt], by_text: Mapping[str, list[Chain]]
-) -> list[Chain]:
-    """Where the original holds, printed the same, the statement at ``chain`` of the converted
-    scope, or the nearest one before it in its block, or around it (and so on out); empty when
-    none is found."""
-    while chain:
-        *outer, (block, index) = chain
-        for earlier in range(index, -1, -1):
-            statement = at_chain.get((*outer, (block, earlier)))
-            same = by_text.get(ast.unparse(statement)) if statement is not None else None
-            if same:
-                return same
-        chain = tuple(outer)
-    return []
+
+class _ScopeStatements:
+    """A scope's statements in the original and the converted tree, each with where it stands
+    (:func:`_statement_chains`), and the original's by how CPython prints them: what
+    :class:`_OriginalFailsFirst` asks of a scope for every read, built once per scope."""
+
+    def __init__(self, original: list[tuple[ast.stmt, Chain]], converted: list[tuple[ast.stmt, Chain]]) -> None:
+        self.original = original
+        self.converted = converted
+        self.at_chain = {chain: statement for statement, chain in converted}
+        self.by_text: dict[str, list[Chain]] = {}
+        for statement, chain in original:
+            self.by_text.setdefault(ast.unparse(statement), []).append(chain)
+        self._printed: dict[Chain, str] = {}
+
+    def placed_in_original(self, chain: Chain) -> list[Chain]:
+        """Where the original holds, printed the same, the statement at ``chain`` of the converted
+        scope, or the nearest one before it in its block, or around it (and so on out); empty
+        when none is found."""
+        while chain:
+            *outer, (block, index) = chain
+            for earlier in range(index, -1, -1):
+                printed = self._printed_at((*outer, (block, earlier)))
+                same = self.by_text.get(printed) if printed is not None else None
+                if same:
+                    return same
+            chain = tuple(outer)
+        return []
+
+    def _printed_at(self, chain: Chain) -> str | None:
+        """How CPython prints the converted statement at ``chain``; None where there is none."""
+        if chain not in self._printed:
+            statement = self.at_chain.get(chain)
+            if statement is None:
+                return None
+            self._printed[chain] = ast.unparse(statement)
+        return self._printed[chain]
 
 
 #: Where a statement stands: (the block holding it, its index there) from the scope's body in.
@@ -291,25 +320,10 @@ Chain = tuple[tuple[int, int], ...]
 def _statement_chains(body: list[ast.stmt]) -> list[tuple[ast.stmt, Chain]]:
     """Every statement of a scope's body and of the blocks nested in it (not in the functions and
     classes it defines), with where it stands; blocks are told apart by identity."""
-    found: list[tuple[ast.stmt, Chain]] = []
-    pending: list[tuple[list[ast.stmt], Chain]] = [(body, ())]
-    while pending:
-        block, outer = pending.pop()
-        for index, statement in enumerate(block):
-            chain = (*outer, (id(block), index))
-            found.append((statement, chain))
-            if isinstance(statement, _DEFINITIONS):
-                continue
-            for inner in _blocks_of(statement):
-                pending.append((inner, chain))
-    return found
-
-
-def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
-    blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
-    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
-    blocks += [case.body for case in getattr(statement, "cases", ())]
-    return [block for block in blocks if isinstance(block, list) and block and isinstance(block[0], ast.stmt)]
+    return [
+        (path[-1].statement, tuple((id(block), index) for _, block, index in path))
+        for path in statements_in_order(body)
+    ]
 
 
 def _innermost(statements: list[tuple[ast.stmt, Chain]], position: Position) -> tuple[ast.stmt, Chain] | None:

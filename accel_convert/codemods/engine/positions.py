@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from functools import cache, lru_cache
+from types import MappingProxyType
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -153,6 +154,19 @@ def _ast_sites(
     statements = sorted(((site_of(node), node) for node in statement_nodes), key=order)
     calls = sorted(((site_of(node), node) for node in call_nodes), key=order)
     return statements, calls
+
+
+@lru_cache(maxsize=2)
+def python_statements(source: str | bytes, encoding: str = "utf-8") -> Mapping[tuple[int, int], ast.stmt]:
+    """CPython's statements of ``source`` (:func:`python_ast`'s, at every depth) by where each
+    starts, line and column counted as :class:`Site` counts them: what the site
+    :func:`original_sites` recorded for a libcst statement (a small one, or a compound one) finds.
+    Empty where CPython cannot parse ``source``. Cached: the plan asks it of several statements
+    of one module."""
+    found = _ast_sites(source, encoding)
+    if found is None:
+        return MappingProxyType({})
+    return MappingProxyType({(site.line, site.column): node for site, node in found[0]})
 
 
 def handler_sites(source: str | bytes, encoding: str, exception: str) -> list[Site]:

@@ -579,6 +579,9 @@ CHECKPOINT_READS = {"torch.load": ("f", 0)}
 WRITING_METHODS = frozenset(
     {"savefig", "to_csv", "to_json", "to_parquet", "imsave", "write_text", "write_bytes", "save_pretrained"}
 )
+#: Methods that replace the state of what they are called on (a module's weights, an optimizer's
+#: moments) with the state dict they are given.
+STATE_LOADING_METHODS = frozenset({"load_state_dict"})
 #: Methods that collect a value into what they are called on, once per call (a list of batch
 #: losses' ``append``, an average meter's ``update``).
 COLLECTING_METHODS = frozenset({"append", "extend", "update"})

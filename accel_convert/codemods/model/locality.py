@@ -53,6 +53,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    CHECKPOINT_READS,
     COLLECTING_METHODS,
     ENDLESS_COUNTERS,
     LIBRARY_OS_ERRORS,
@@ -62,6 +63,7 @@ from accel_convert.codemods.engine.torch_names import (
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
     RANDOM_SPLITS,
+    STATE_LOADING_METHODS,
     initialises_at_random,
     is_loss_function,
     is_loss_module,
@@ -389,7 +391,8 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     index = enumerate_index(loop, builtin)
     counters: set[str] = {index} if index is not None else set()
     lists: set[str] = set()
-    for line in _run_once_per_batch(loop):
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    for line in run_once_per_batch(body):
         for small in line.body:
             summed = adds_up(small)
             if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
@@ -400,24 +403,27 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     return PerBatchValues(frozenset(counters), frozenset(lists))
 
 
-def _run_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
-    """The simple statements of ``loop``'s body that run once per batch (see :func:`per_batch_values`)."""
+def run_once_per_batch(statements: Sequence[cst.BaseStatement]) -> list[cst.SimpleStatementLine]:
+    """The simple statements that running ``statements`` (a loop's body, or the part of it before
+    the forward) runs at most once per batch, in source order: theirs and those of the
+    ``if``/``elif``/``else``, ``with`` and ``try`` (body, ``else``, ``finally``) blocks among them.
+    Not those of a nested loop (a ``for`` over the samples of the batch), a nested function or
+    class, nor an ``except`` block (it runs only when the batch failed). :func:`per_batch_values`
+    reads its counters and lists from them; the metrics rule the names a batch is unpacked into
+    before its forward (``rewrites/metrics/batch_values.unpacked_from``)."""
     found: list[cst.SimpleStatementLine] = []
-    pending: list[cst.CSTNode] = [loop.body]
+    pending: list[cst.CSTNode] = list(reversed(statements))
     while pending:
         node = pending.pop()
         if isinstance(node, cst.SimpleStatementLine):
             found.append(node)
-        elif isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            pending.extend(node.body)
+        elif isinstance(node, cst.IndentedBlock):
+            pending.extend(reversed(node.body))
         elif isinstance(node, (cst.With, cst.Else, cst.Finally)):
             pending.append(node.body)
-        elif isinstance(node, cst.If):
-            pending.append(node.body)
-            if node.orelse is not None:
-                pending.append(node.orelse)
-        elif isinstance(node, cst.Try):
-            pending.extend(block for block in (node.body, node.orelse, node.finalbody) if block is not None)
+        elif isinstance(node, (cst.If, cst.Try)):
+            blocks = (node.body, node.orelse) if isinstance(node, cst.If) else (node.body, node.orelse, node.finalbody)
+            pending.extend(block for block in reversed(blocks) if block is not None)
     return found
 
 
@@ -670,20 +676,31 @@ def _drawing_model_classes(a: Analysis) -> set[str]:
 
 
 def _loaded_from_checkpoint(a: Analysis) -> set[str]:
-    """Names (attributes of ``self`` by their own name) whose weights a checkpoint replaces:
-    ``best.load_state_dict(torch.load(path))``, not a copy of another module's
-    (``target.load_state_dict(policy.state_dict())``: as random as that module)."""
+    """Names (attributes of ``self`` by their own name) whose weights a checkpoint replaces: given
+    to ``load_state_dict`` a checkpoint read (:data:`CHECKPOINT_READS`, by qualified name:
+    ``best.load_state_dict(torch.load(path))``) or what a name bound from one holds
+    (``net.load_state_dict(checkpoint["net"])`` after ``checkpoint = torch.load(path)`` in the same
+    function). Not a copy of another module's (``target.load_state_dict(policy.state_dict())``: as
+    random as that module)."""
+    reads = {id(call.node) for call in a.r.calls if a.qualified(call) in CHECKPOINT_READS}
+    if not reads:
+        return set()
+    holding = {
+        (assign.function, target)
+        for assign in a.r.assigns
+        if any(id(inner) in reads for inner in calls_in(assign.value))
+        for target in assign.targets
+    }
     loaded = set()
     for call in a.r.calls:
         func = call.node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and call.node.args):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in STATE_LOADING_METHODS and call.node.args):
             continue
-        copied = any(
-            isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "state_dict"
-            for inner in calls_in(call.node.args[0].value)
-        )
+        given = nodes_in(call.node.args[0].value)
         receiver = dotted(func.value)
-        if receiver is not None and not copied:
+        if receiver is not None and any(
+            id(node) in reads or (call.function, dotted(node)) in holding for node in given
+        ):
             loaded.add(_held_name(receiver))
     return loaded
 

@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.chosen_names import next_read
 from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
+from accel_convert.codemods.engine.positions import python_statements
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
     body_statements,
@@ -875,7 +876,7 @@ def _built_before_training(
         for name in sorted(wanted):
             if not any(site.line <= where.line <= site.end_line for where in a.facts.assign_sites.get(name, ())):
                 continue
-            if name not in found and not _bound_on_every_path(node, name, a.facts, statements[index + 1 :]):
+            if name not in found and not _bound_on_every_path(node, name, a, statements[index + 1 :]):
                 continue  # first bound only under a flag: a prepare after it could meet an unbound name
             found[name] = (found[name][0] if name in found else site.line, site.line)
     return found
@@ -977,7 +978,7 @@ def _constructs_model(value: cst.BaseExpression, facts: FactsDraft) -> bool:
 
 
 def _bound_on_every_path(
-    node: cst.BaseStatement, name: str, facts: FactsDraft | ScriptFacts, later: Sequence[cst.BaseStatement] = ()
+    node: cst.BaseStatement, name: str, a: Analysis, later: Sequence[cst.BaseStatement] = ()
 ) -> bool:
     """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
     statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
@@ -996,27 +997,41 @@ def _bound_on_every_path(
         while isinstance(current, cst.If):
             branches.append(current.body)
             current = current.orelse
-        if not all(_binds_or_leaves(branch, name, facts) for branch in branches):
+        if not all(_binds_or_leaves(branch, name, a.facts) for branch in branches):
             return False
-        if current is not None and _binds_or_leaves(current.body, name, facts):
+        if current is not None and _binds_or_leaves(current.body, name, a.facts):
             return True
-        return len(branches) > 1 and _read_next(node, later, name)
+        return len(branches) > 1 and _read_next(node, later, name, a)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
 
 
-def _read_next(chain: cst.If, statements: Sequence[cst.BaseStatement], name: str) -> bool:
+def _read_next(chain: cst.If, statements: Sequence[cst.BaseStatement], name: str, a: Analysis) -> bool:
     """Whether the next read of ``name`` among ``statements`` (after ``chain``) fails, in the
-    original, wherever no branch of ``chain`` bound it (asked of CPython's tree of their code)."""
-    try:
-        tree = ast.parse(cst.Module(body=[chain, *(s for s in statements if isinstance(s, _STATEMENTS))]).code)
-    except SyntaxError:
+    original, wherever no branch of ``chain`` bound it (asked of CPython's tree of the module, the
+    one the pipeline parsed: :func:`~accel_convert.codemods.engine.positions.python_statements`)."""
+    text = a.source if a.source is not None or a.module is None else a.module.code
+    if text is None:
         return False
-    first = tree.body[0]
-    return isinstance(first, ast.If) and next_read(first, tree.body[1:], name) is not None
+    at = python_statements(text, a.module.encoding if a.module is not None else "utf-8")
+    first = _python_statements([chain], at, a)
+    later = _python_statements(statements, at, a)
+    return len(first) == 1 and isinstance(first[0], ast.If) and next_read(first[0], later, name) is not None
 
 
-#: What a block of statements holds (a module's body is typed as these).
-_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+def _python_statements(
+    statements: Sequence[cst.BaseStatement], at: Mapping[tuple[int, int], ast.stmt], a: Analysis
+) -> list[ast.stmt]:
+    """CPython's statements for ``statements`` (one per small statement of a line), found by their
+    original sites; one without a site (added, not the original's) is left out."""
+    found: list[ast.stmt] = []
+    for statement in statements:
+        for part in statement.body if isinstance(statement, cst.SimpleStatementLine) else (statement,):
+            site = a.origins.site(part)
+            python = at.get((site.line, site.column)) if site is not None else None
+            if python is not None:
+                found.append(python)
+    return found
+
 
 #: Calls that end the program where they stand: a branch ending in one never falls through.
 _EXITS = frozenset({"sys.exit", "os._exit"})

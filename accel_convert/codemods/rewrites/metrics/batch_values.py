@@ -24,7 +24,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.walk import variables_read
-from accel_convert.codemods.model.locality import adds_up, rows_added
+from accel_convert.codemods.model.locality import adds_up, rows_added, run_once_per_batch
 from accel_convert.codemods.rewrites.metrics.nodes import contains
 
 
@@ -116,26 +116,16 @@ def unpacked_from(
 
 
 def _lines_before(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode) -> list[cst.SimpleStatementLine]:
-    """The simple statements the batch runs before the forward, in order: those of the loop's
-    body and of the ``if``/``elif``/``else``, ``with`` and ``try`` blocks among them (``if task
-    == "plain": target = label.clone()`` / ``elif ...: target = 1 - label``: a target chosen per
-    batch), not of a nested loop (a ``for`` over the samples of the batch)."""
-    found: list[cst.SimpleStatementLine] = []
+    """The simple statements the batch runs before the forward, in order (:func:`run_once_per_batch`
+    of the loop's statements above the one holding it): those of the ``if``/``elif``/``else``,
+    ``with`` and ``try`` blocks among them too (``if task == "plain": target = label.clone()`` /
+    ``elif ...: target = 1 - label``: a target chosen per batch)."""
+    head = []
     for statement in statements:
         if statement is forward or contains(statement, lambda node: node is forward):
             break
-        pending: list[cst.CSTNode] = [statement]
-        while pending:
-            node = pending.pop(0)
-            if isinstance(node, cst.SimpleStatementLine):
-                found.append(node)
-            elif isinstance(node, cst.IndentedBlock):
-                pending[:0] = list(node.body)
-            elif isinstance(node, (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)):
-                blocks = [node.body, getattr(node, "orelse", None), *getattr(node, "handlers", ())]
-                blocks.append(getattr(node, "finalbody", None))
-                pending[:0] = [block for block in blocks if block is not None]
-    return found
+        head.append(statement)
+    return run_once_per_batch(head)
 
 
 def _rows_summed(statement: cst.SimpleStatementLine, known: set[str], builtin: BuiltinOf) -> str | None:
