@@ -68,8 +68,26 @@ def test_a_factory_tuple_held_in_one_name_is_prepared_by_its_elements() -> None:
 def test_a_tuple_bound_before_prepare_holds_the_prepared_loaders() -> None:
     code = converted(BOUND_BEFORE)
     main = code[code.index("def main") :]
-    assert main.index("loaders = (train_loader, test_loader)") < main.index("loaders = accelerator.prepare(*loaders)")
-    assert main.index("loaders = accelerator.prepare(*loaders)") < main.index("fit(model, loaders")
+    prepare = main.index("model, train_loader, test_loader = accelerator.prepare(model, train_loader, test_loader)")
+    rebound = main.rindex("loaders = (train_loader, test_loader)")
+    assert main.index("loaders = (train_loader, test_loader)") < prepare < rebound < main.index("fit(model, loaders")
+
+
+def test_a_tuple_of_loaders_prepared_by_name_is_not_prepared_again() -> None:
+    # Before, ``loaders = accelerator.prepare(*loaders)`` prepared each loader a second time.
+    code = converted(BOUND_BEFORE)
+    assert "prepare(*loaders)" not in code
+    assert code.count("accelerator.prepare(") == 2  # main's, and fit's optimizer
+    facts = analyse(cst.parse_module(textwrap.dedent(SCRIPT).replace("BOUND", BOUND_BEFORE)))
+    assert facts.loader_tuple_parts == {"loaders": ("train_loader", "test_loader")}
+    again = analyse(cst.parse_module(code))
+    assert "loaders" in again.prepared
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_a_factory_tuple_has_no_written_parts() -> None:
+    facts = analyse(cst.parse_module(textwrap.dedent(SCRIPT).replace("BOUND", FROM_FACTORY)))
+    assert not facts.loader_tuple_parts
 
 
 def test_names_unpacked_from_a_handed_tuple_are_its_loaders_prepared_by_the_caller() -> None:

@@ -368,6 +368,11 @@ class ScriptFacts(FactQuestions):
     #: accelerator.prepare(*loaders)`` (which returns a tuple as long, in order), never as one
     #: object (passed through unchanged: nothing sharded).
     loader_tuples: Mapping[str, int] = field(default_factory=dict)
+    #: The loader tuples of ``loader_tuples`` written of the script's own loader names
+    #: (``loaders = (train_loader, test_loader)``) → those names: where they are prepared, the
+    #: tuple is bound again to the prepared loaders (``loaders = (train_loader, test_loader)``),
+    #: not prepared by its elements a second time.
+    loader_tuple_parts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Module-level loader factories of the module returning a tuple of loaders of known length
     #: (``return train_loader, test_loader``) → that length; other modules of the program learn
     #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
@@ -683,6 +688,7 @@ class FactsDraft(FactQuestions):
     eval_loaders: set[str] = field(default_factory=set)
     unprepared_loaders: set[str] = field(default_factory=set)
     loader_tuples: dict[str, int] = field(default_factory=dict)
+    loader_tuple_parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)
