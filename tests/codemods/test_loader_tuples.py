@@ -114,3 +114,47 @@ def test_a_tuple_of_other_values_is_no_loader_tuple() -> None:
     facts = analyse(cst.parse_module(source))
     assert "loaders" not in facts.loader_tuples
     assert not facts.loaders_unpacked_from_parameters
+
+
+def test_a_factory_returning_a_list_of_loaders_is_a_loader_tuple_factory() -> None:
+    # Before, the list was prepared as one object (passed through: nothing sharded).
+    source = textwrap.dedent(SCRIPT).replace("BOUND", FROM_FACTORY)
+    source = source.replace(
+        "return DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)",
+        "return [DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)]",
+    )
+    assert "return [DataLoader(" in source
+    facts = analyse(cst.parse_module(source))
+    assert facts.loader_tuple_factories == {"get_loaders": 2}
+    assert facts.loader_tuples == {"loaders": 2}
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    assert "    loaders = accelerator.prepare(*loaders)\n" in code
+    assert "gather_for_metrics" in code[code.index("def fit") : code.index("def main")]
+
+
+INDEXED = (
+    SCRIPT.replace("    train_loader, test_loader = loaders\n", "")
+    .replace("in train_loader:", "in loaders[0]:")
+    .replace("in test_loader:", "in loaders[-1]:")
+)
+
+
+def test_loops_over_items_of_a_loader_tuple_train_and_evaluate_over_its_loaders() -> None:
+    # Before, neither loop was over a loader: the evaluation was not gathered.
+    source = textwrap.dedent(INDEXED).replace("BOUND", FROM_FACTORY)
+    assert "for x, y in loaders[0]:" in source
+    facts = analyse(cst.parse_module(source))
+    assert [(loop.function, loop.loader) for loop in facts.train_loops] == [("fit", "loaders[0]")]
+    assert [(loop.function, loop.loader) for loop in facts.eval_loops] == [("fit", "loaders[-1]")]
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    fit = code[code.index("def fit") : code.index("def main")]
+    assert "accelerator.gather_for_metrics(" in fit
+    assert "    loaders = accelerator.prepare(*loaders)\n" in code
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_an_item_of_a_container_that_holds_no_loaders_is_no_loader() -> None:
+    source = textwrap.dedent(INDEXED).replace("BOUND", "loaders = ([1, 2], [3])")
+    facts = analyse(cst.parse_module(source))
+    assert not facts.eval_loops
+    assert "loaders[0]" not in facts.loaders

@@ -42,7 +42,7 @@ def dotted(node: cst.CSTNode | None) -> str | None:
 
 
 def constant_item(node: cst.CSTNode | None) -> tuple[str, int | str] | None:
-    """``("loaders", 0)`` for ``loaders[0]``, ``("self.loaders", "train")`` for
+    """``("loaders", 0)`` for ``loaders[0]`` (``-1`` for ``loaders[-1]``), ``("self.loaders", "train")`` for
     ``self.loaders["train"]``: a dotted name subscripted by one integer or string constant; None
     for anything else."""
     if type(node) is not cst.Subscript or len(node.slice) != 1:
@@ -51,8 +51,12 @@ def constant_item(node: cst.CSTNode | None) -> tuple[str, int | str] | None:
     index = node.slice[0].slice
     if base is None or not isinstance(index, cst.Index):
         return None
-    if isinstance(index.value, cst.Integer):
-        return base, int(index.value.value, 0)
+    value = index.value
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        found = value.expression
+        return (base, -int(found.value, 0)) if isinstance(found, cst.Integer) else None  # ``loaders[-1]``
+    if isinstance(value, cst.Integer):
+        return base, int(value.value, 0)
     if isinstance(index.value, cst.SimpleString):
         key = index.value.evaluated_value
         return (base, key) if isinstance(key, str) else None
