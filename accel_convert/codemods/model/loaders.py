@@ -263,9 +263,11 @@ def _indexed_loader(a: Analysis, loop: LoopRecord) -> None:
     argument flowing into a parameter (as :func:`_unpacked_loaders` records a name unpacking it),
     so the loop trains or evaluates over a prepared loader of that role."""
     item = constant_item(iterated(loop.node.iter, a.r.names, loop.scope))
-    if item is None or loop.iterated is None or not isinstance(item[1], int):
+    if item is None or loop.iterated is None:
         return
     held, index = item
+    if not isinstance(index, int):
+        return  # ``loaders["train"]``: a dict of loaders, no tuple
     tuples = a.facts.loader_tuples
     holders = {site for site in a.origin_sites(loop.function, held) | {(loop.function, held)} if site[1] in tuples}
     lengths = {tuples[site[1]] for site in holders}
