@@ -57,8 +57,8 @@ def constant_item(node: cst.CSTNode | None) -> tuple[str, int | str] | None:
         return (base, -int(found.value, 0)) if isinstance(found, cst.Integer) else None  # ``loaders[-1]``
     if isinstance(value, cst.Integer):
         return base, int(value.value, 0)
-    if isinstance(index.value, cst.SimpleString):
-        key = index.value.evaluated_value
+    if isinstance(value, cst.SimpleString):
+        key = value.evaluated_value
         return (base, key) if isinstance(key, str) else None
     return None
 
