@@ -158,3 +158,38 @@ def test_an_item_of_a_container_that_holds_no_loaders_is_no_loader() -> None:
     facts = analyse(cst.parse_module(source))
     assert not facts.eval_loops
     assert "loaders[0]" not in facts.loaders
+
+
+KEYED = (
+    SCRIPT.replace("    train_loader, test_loader = loaders\n", "")
+    .replace("in train_loader:", 'in loaders["train"]:')
+    .replace("in test_loader:", 'in loaders["test"]:')
+    .replace(
+        "return DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)",
+        'return {"train": DataLoader(train_set, batch_size=4, shuffle=True), "test": DataLoader(test_set, batch_size=4)}',
+    )
+)
+
+
+def test_a_dict_of_loaders_a_factory_returns_is_prepared_by_its_values() -> None:
+    # Before, the dict was not prepared at all (each process read every batch), and neither loop
+    # over ``loaders["train"]``/``loaders["test"]`` was seen as over a loader.
+    source = textwrap.dedent(KEYED).replace("BOUND", FROM_FACTORY)
+    assert 'return {"train": DataLoader(' in source
+    facts = analyse(cst.parse_module(source))
+    assert facts.loader_dict_names == {"loaders"}
+    assert [(loop.function, loop.loader) for loop in facts.train_loops] == [("fit", "loaders['train']")]
+    assert [(loop.function, loop.loader) for loop in facts.eval_loops] == [("fit", "loaders['test']")]
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    assert "    loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}\n" in code
+    assert "accelerator.gather_for_metrics(" in code[code.index("def fit") : code.index("def main")]
+    again = analyse(cst.parse_module(code))
+    assert "loaders" in again.prepared
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_a_dict_holding_other_values_is_no_loader_dict() -> None:
+    source = textwrap.dedent(KEYED).replace("BOUND", "loaders = {'train': [1], 'test': [2]}")
+    facts = analyse(cst.parse_module(source))
+    assert not facts.loader_dict_names
+    assert not facts.eval_loops

@@ -92,6 +92,7 @@ def prepare_statements(
     tuples: Mapping[str, int],
     parts: Mapping[str, tuple[str, ...]] | None = None,
     prepared: AbstractSet[str] = frozenset(),
+    dicts: AbstractSet[str] = frozenset(),
 ) -> list[cst.BaseStatement]:
     """:func:`prepare_statement` for ``names``, but each name holding a tuple of loaders
     (``tuples``: ``loaders = get_loaders(...)``) prepared by its elements on a line of its own,
@@ -99,12 +100,18 @@ def prepare_statements(
     returns a tuple for several objects (the runtime's and Accelerate's), so the name holds as
     many prepared loaders, in the same order. A tuple written of loader names (``parts``) whose
     every loader is prepared by its name here or before (``names``, ``prepared``) is bound again
-    to them instead, ``loaders = (train_loader, test_loader)``: each loader is prepared once."""
-    plain = [name for name in names if name not in tuples]
+    to them instead, ``loaders = (train_loader, test_loader)``: each loader is prepared once. A
+    dict of loaders (``dicts``) is prepared by its values, ``loaders = {key:
+    accelerator.prepare(loader) for key, loader in loaders.items()}``."""
+    plain = [name for name in names if name not in tuples and name not in dicts]
     found = [prepare_statement(accelerator, plain, indent)] if plain else []
     done = set(prepared) | set(plain)
     for name in names:
         written = (parts or {}).get(name)
+        if name in dicts:
+            found.append(
+                statement(f"{name} = {{key: {accelerator}.prepare(loader) for key, loader in {name}.items()}}")
+            )
         if name not in tuples:
             continue
         if written is not None and done.issuperset(written):

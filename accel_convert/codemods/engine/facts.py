@@ -373,6 +373,11 @@ class ScriptFacts(FactQuestions):
     #: tuple is bound again to the prepared loaders (``loaders = (train_loader, test_loader)``),
     #: not prepared by its elements a second time.
     loader_tuple_parts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Names holding the dict of loaders a loader factory of the file returns (``loaders =
+    #: get_loaders(...)``, the factory returning ``{"train": train_loader, "test": test_loader}``):
+    #: prepared by their values, ``loaders = {key: accelerator.prepare(loader) for key, loader in
+    #: loaders.items()}``; a loop over ``loaders["train"]`` iterates one of its prepared loaders.
+    loader_dict_names: AbstractSet[str] = frozenset()
     #: Module-level loader factories of the module returning a tuple of loaders of known length
     #: (``return train_loader, test_loader``) → that length; other modules of the program learn
     #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
@@ -689,6 +694,7 @@ class FactsDraft(FactQuestions):
     unprepared_loaders: set[str] = field(default_factory=set)
     loader_tuples: dict[str, int] = field(default_factory=dict)
     loader_tuple_parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    loader_dict_names: set[str] = field(default_factory=set)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)

@@ -189,13 +189,14 @@ def _home_by_what_it_binds(a: Analysis) -> str:
 
 def _binds_loaders_to_use(a: Analysis, assign: AssignRecord) -> bool:
     """Whether ``assign`` binds loaders for its block to train or evaluate over: a loader's name
-    or what a loader factory of the file returns (``loaders = get_loaders(...)``), outside the
-    loader factories themselves (``get_loaders()`` binds the loaders it
+    or what a loader factory of the file returns (``loaders = get_loaders(...)``, a dict of them
+    too), outside the loader factories themselves (``get_loaders()`` binds the loaders it
     returns to the block calling it, where training starts)."""
-    if assign.function in a.loader_factories:
+    factories = a.loader_factories.keys() | a.loader_dict_factories.keys()
+    if assign.function in factories:
         return False
     value = assign.value
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in a.loader_factories:
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
         return True
     return bool(set(assign.targets) & a.facts.loaders)
 

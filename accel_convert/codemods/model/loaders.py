@@ -66,6 +66,7 @@ def loader_factories(a: Analysis) -> None:
         else:
             _add_returned_loaders(a, factories, scope, value, built_in)
     a.loader_factories = {scope[0]: positions for scope, positions in factories.items() if len(scope) == 1}
+    a.loader_dict_factories = _dict_factories(a, built_in)
     a.loader_methods = {(scope[0], scope[1]): positions for scope, positions in factories.items() if len(scope) == 2}
     a.facts.loader_returning_functions = set(a.loader_factories)
 
@@ -87,6 +88,26 @@ def _add_returned_loaders(
         ):
             positions = factories.get(scope, set()) if scope in factories else set()
             factories[scope] = None if not is_tuple or positions is None else positions | {index}
+
+
+def _dict_factories(a: Analysis, built_in: set[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    """Module-level functions every ``return`` of which is a dict literal of loaders keyed by
+    strings (``return {"train": train_loader, "test": DataLoader(...)}``) → its keys."""
+    returned: dict[str, set[tuple[str, ...] | None]] = {}
+    for function, value in a.r.returns:
+        keys: tuple[str, ...] | None = None
+        if isinstance(value, cst.Dict) and value.elements:
+            elements = [e for e in value.elements if isinstance(e, cst.DictElement)]
+            found = tuple(e.key.evaluated_value for e in elements if isinstance(e.key, cst.SimpleString))
+            loaders = all(
+                a.constructs_loader(e.value, (function,))
+                or (isinstance(e.value, cst.Name) and (function, e.value.value) in built_in)
+                for e in elements
+            )
+            if len(elements) == len(value.elements) == len(found) and loaders:
+                keys = tuple(str(key) for key in found)
+        returned.setdefault(function, set()).add(keys)
+    return {function: keys for function, (keys, *others) in returned.items() if not others and keys}
 
 
 def _lists_of_loaders(a: Analysis, built_in: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -120,7 +141,13 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
 
 @provider(
     needs=("loader_factories", "loader_classes", "arguments", "prepared"),
-    provides=("loader_tuples", "loader_tuple_parts", "loader_tuple_factories", "loaders_unpacked_from_parameters"),
+    provides=(
+        "loader_tuples",
+        "loader_tuple_parts",
+        "loader_tuple_factories",
+        "loader_dict_names",
+        "loaders_unpacked_from_parameters",
+    ),
     refines=("train_loaders", "arguments"),
 )
 def loader_tuples(a: Analysis) -> None:
@@ -157,10 +184,53 @@ def loader_tuples(a: Analysis) -> None:
                 facts.loader_tuple_parts[name] = written
                 if facts.prepared.issuperset(written):
                     facts.prepared.add(name)  # bound again to the loaders the script prepared
+    _loader_dict_names(a)
     for assign in a.r.assigns:
         _unpacked_loaders(a, assign)
     for loop in a.r.loops:
         _indexed_loader(a, loop)
+
+
+def _loader_dict_names(a: Analysis) -> None:
+    """Names every binding of which is a call of a dict factory of the file (``loaders =
+    get_loaders(...)``): a dict of loaders, prepared by its values (``loader_dict_names``). Its
+    prepared form (``loaders = {key: accelerator.prepare(loader) for key, loader in
+    loaders.items()}``) binds the same loaders, prepared."""
+    facts = a.facts
+    found: dict[str, set[bool]] = {}
+    for assign in a.r.assigns:
+        if len(assign.targets) != 1 or _prepares_own_values(assign):
+            continue
+        value = assign.value
+        local = a.r.names.scopes.get(assign.scope) if assign.scope else None
+        called = (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Name)
+            and value.func.value in a.loader_dict_factories
+            and not (local is not None and local.binds(value.func.value))
+        )
+        found.setdefault(assign.targets[0], set()).add(called)
+    for name, calls in found.items():
+        if calls == {True}:
+            facts.loader_dict_names.add(name)
+            facts.train_loaders.add(name)  # sorted into train/eval by the loops
+            if any(_prepares_own_values(assign) and assign.targets == (name,) for assign in a.r.assigns):
+                facts.prepared.add(name)
+
+
+def _prepares_own_values(assign: AssignRecord) -> bool:
+    """``loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}``: what a
+    converted script writes for a dict of loaders."""
+    value = assign.value
+    if len(assign.targets) != 1 or not isinstance(value, cst.DictComp) or not is_any_prepare(value.value):
+        return False
+    source = value.for_in.iter
+    return (
+        isinstance(source, cst.Call)
+        and isinstance(source.func, cst.Attribute)
+        and source.func.attr.value == "items"
+        and dotted(source.func.value) == assign.targets[0]
+    )
 
 
 def _tuple_factory_lengths(a: Analysis) -> dict[str, int]:
@@ -267,7 +337,12 @@ def _indexed_loader(a: Analysis, loop: LoopRecord) -> None:
         return
     held, index = item
     if not isinstance(index, int):
-        return  # ``loaders["train"]``: a dict of loaders, no tuple
+        # ``loaders["train"]`` of a dict of loaders: one of its loaders, all prepared with it.
+        origins = a.origin_sites(loop.function, held) | {(loop.function, held)}
+        dicts = {site for site in origins if site[1] in a.facts.loader_dict_names}
+        if dicts:
+            a.arguments.setdefault((loop.function, loop.iterated), set()).update(dicts)
+        return
     tuples = a.facts.loader_tuples
     holders = {site for site in a.origin_sites(loop.function, held) | {(loop.function, held)} if site[1] in tuples}
     lengths = {tuples[site[1]] for site in holders}

@@ -252,7 +252,13 @@ class _Prepare(HomeBlockTransformer):
         this block prepared is bound again to them, not prepared a second time."""
         facts = self.facts
         return prepare_statements(
-            self.accelerator, names, indent, facts.loader_tuples, facts.loader_tuple_parts, self.prepared_in_block
+            self.accelerator,
+            names,
+            indent,
+            facts.loader_tuples,
+            facts.loader_tuple_parts,
+            self.prepared_in_block,
+            facts.loader_dict_names,
         )
 
     def _insert_prepare(
