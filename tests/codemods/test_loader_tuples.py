@@ -68,8 +68,26 @@ def test_a_factory_tuple_held_in_one_name_is_prepared_by_its_elements() -> None:
 def test_a_tuple_bound_before_prepare_holds_the_prepared_loaders() -> None:
     code = converted(BOUND_BEFORE)
     main = code[code.index("def main") :]
-    assert main.index("loaders = (train_loader, test_loader)") < main.index("loaders = accelerator.prepare(*loaders)")
-    assert main.index("loaders = accelerator.prepare(*loaders)") < main.index("fit(model, loaders")
+    prepare = main.index("model, train_loader, test_loader = accelerator.prepare(model, train_loader, test_loader)")
+    rebound = main.rindex("loaders = (train_loader, test_loader)")
+    assert main.index("loaders = (train_loader, test_loader)") < prepare < rebound < main.index("fit(model, loaders")
+
+
+def test_a_tuple_of_loaders_prepared_by_name_is_not_prepared_again() -> None:
+    # Before, ``loaders = accelerator.prepare(*loaders)`` prepared each loader a second time.
+    code = converted(BOUND_BEFORE)
+    assert "prepare(*loaders)" not in code
+    assert code.count("accelerator.prepare(") == 2  # main's, and fit's optimizer
+    facts = analyse(cst.parse_module(textwrap.dedent(SCRIPT).replace("BOUND", BOUND_BEFORE)))
+    assert facts.loader_tuple_parts == {"loaders": ("train_loader", "test_loader")}
+    again = analyse(cst.parse_module(code))
+    assert "loaders" in again.prepared
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_a_factory_tuple_has_no_written_parts() -> None:
+    facts = analyse(cst.parse_module(textwrap.dedent(SCRIPT).replace("BOUND", FROM_FACTORY)))
+    assert not facts.loader_tuple_parts
 
 
 def test_names_unpacked_from_a_handed_tuple_are_its_loaders_prepared_by_the_caller() -> None:
@@ -96,3 +114,82 @@ def test_a_tuple_of_other_values_is_no_loader_tuple() -> None:
     facts = analyse(cst.parse_module(source))
     assert "loaders" not in facts.loader_tuples
     assert not facts.loaders_unpacked_from_parameters
+
+
+def test_a_factory_returning_a_list_of_loaders_is_a_loader_tuple_factory() -> None:
+    # Before, the list was prepared as one object (passed through: nothing sharded).
+    source = textwrap.dedent(SCRIPT).replace("BOUND", FROM_FACTORY)
+    source = source.replace(
+        "return DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)",
+        "return [DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)]",
+    )
+    assert "return [DataLoader(" in source
+    facts = analyse(cst.parse_module(source))
+    assert facts.loader_tuple_factories == {"get_loaders": 2}
+    assert facts.loader_tuples == {"loaders": 2}
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    assert "    loaders = accelerator.prepare(*loaders)\n" in code
+    assert "gather_for_metrics" in code[code.index("def fit") : code.index("def main")]
+
+
+INDEXED = (
+    SCRIPT.replace("    train_loader, test_loader = loaders\n", "")
+    .replace("in train_loader:", "in loaders[0]:")
+    .replace("in test_loader:", "in loaders[-1]:")
+)
+
+
+def test_loops_over_items_of_a_loader_tuple_train_and_evaluate_over_its_loaders() -> None:
+    # Before, neither loop was over a loader: the evaluation was not gathered.
+    source = textwrap.dedent(INDEXED).replace("BOUND", FROM_FACTORY)
+    assert "for x, y in loaders[0]:" in source
+    facts = analyse(cst.parse_module(source))
+    assert [(loop.function, loop.loader) for loop in facts.train_loops] == [("fit", "loaders[0]")]
+    assert [(loop.function, loop.loader) for loop in facts.eval_loops] == [("fit", "loaders[-1]")]
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    fit = code[code.index("def fit") : code.index("def main")]
+    assert "accelerator.gather_for_metrics(" in fit
+    assert "    loaders = accelerator.prepare(*loaders)\n" in code
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_an_item_of_a_container_that_holds_no_loaders_is_no_loader() -> None:
+    source = textwrap.dedent(INDEXED).replace("BOUND", "loaders = ([1, 2], [3])")
+    facts = analyse(cst.parse_module(source))
+    assert not facts.eval_loops
+    assert "loaders[0]" not in facts.loaders
+
+
+KEYED = (
+    SCRIPT.replace("    train_loader, test_loader = loaders\n", "")
+    .replace("in train_loader:", 'in loaders["train"]:')
+    .replace("in test_loader:", 'in loaders["test"]:')
+    .replace(
+        "return DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)",
+        'return {"train": DataLoader(train_set, batch_size=4, shuffle=True), "test": DataLoader(test_set, batch_size=4)}',
+    )
+)
+
+
+def test_a_dict_of_loaders_a_factory_returns_is_prepared_by_its_values() -> None:
+    # Before, the dict was not prepared at all (each process read every batch), and neither loop
+    # over ``loaders["train"]``/``loaders["test"]`` was seen as over a loader.
+    source = textwrap.dedent(KEYED).replace("BOUND", FROM_FACTORY)
+    assert 'return {"train": DataLoader(' in source
+    facts = analyse(cst.parse_module(source))
+    assert facts.loader_dict_names == {"loaders"}
+    assert [(loop.function, loop.loader) for loop in facts.train_loops] == [("fit", "loaders['train']")]
+    assert [(loop.function, loop.loader) for loop in facts.eval_loops] == [("fit", "loaders['test']")]
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    assert "    loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}\n" in code
+    assert "accelerator.gather_for_metrics(" in code[code.index("def fit") : code.index("def main")]
+    again = analyse(cst.parse_module(code))
+    assert "loaders" in again.prepared
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_a_dict_holding_other_values_is_no_loader_dict() -> None:
+    source = textwrap.dedent(KEYED).replace("BOUND", "loaders = {'train': [1], 'test': [2]}")
+    facts = analyse(cst.parse_module(source))
+    assert not facts.loader_dict_names
+    assert not facts.eval_loops

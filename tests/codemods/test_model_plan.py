@@ -1175,3 +1175,54 @@ def test_a_model_only_evaluated_is_moved_where_it_is_built(shape: str) -> None:
     assert dict(plan.rebuilt_models_to_move[block]) == {_line(source, built): model}
     lines = [line.strip() for line in converted.splitlines()]
     assert lines[lines.index(built) + 1] == move
+
+
+_HAND_SGD_OVER_A_LOADER_FACTORY = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loaders():
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+    test_loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,))), batch_size=4)
+    return train_loader, test_loader
+
+
+def main():
+    train_loader, test_loader = get_loaders()
+    model = nn.Linear(2, 2)
+    for x, y in train_loader:
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            for param in model.parameters():
+                param -= 0.1 * param.grad
+    with torch.no_grad():
+        for x, y in test_loader:
+            print((model(x).argmax(1) == y).sum().item())
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize("shape", ["function", "module"])
+def test_a_loader_factory_is_no_home_without_an_optimizer(shape: str) -> None:
+    """No optimizer to go by (parameters updated by hand): the home is the block that binds the
+    loaders a factory returns and trains over them, not the factory binding them to return
+    (before, the accelerator was created in ``get_loaders()``: the backward and the evaluation
+    could not reach it, ACC904/ACC939)."""
+    source = _HAND_SGD_OVER_A_LOADER_FACTORY
+    if shape == "module":
+        main = source[source.index("def main():") : source.index("\n\nmain()")]
+        body = textwrap.dedent(main.removeprefix("def main():\n"))
+        source = source[: source.index("def main():")] + body
+    facts = analyse(cst.parse_module(source), source)
+    assert facts.creating_function == ("main" if shape == "function" else None)
+    assert facts.home_kind == shape
+    converted = convert_module(cst.parse_module(source), Options(), source).module.code
+    factory = converted[converted.index("def get_loaders") : converted.index("return train_loader")]
+    assert "Accelerator()" not in factory
+    assert "accelerator.backward(" in converted
+    assert "gather_for_metrics" in converted

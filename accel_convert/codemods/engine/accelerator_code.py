@@ -6,6 +6,7 @@ statement targeting).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -34,8 +35,8 @@ def callee_words(facts: ScriptFacts, qualified_names: Iterable[str]) -> set[str]
 
 def name_words(names: Iterable[str]) -> set[str]:
     """The identifier every mention of a (dotted) name contains: its last part (``model`` of
-    ``self.model``)."""
-    return {name.rpartition(".")[2] for name in names}
+    ``self.model``; ``loaders`` of ``loaders[0]``, an item of a loader tuple)."""
+    return {name.partition("[")[0].rpartition(".")[2] for name in names}
 
 
 def accelerator_name(facts: FactQuestions) -> str:
@@ -85,16 +86,39 @@ def seen_through_unwrap(node: cst.BaseExpression, facts: FactQuestions) -> cst.B
 
 
 def prepare_statements(
-    accelerator: str, names: list[str], indent: str, tuples: Mapping[str, int]
+    accelerator: str,
+    names: list[str],
+    indent: str,
+    tuples: Mapping[str, int],
+    parts: Mapping[str, tuple[str, ...]] | None = None,
+    prepared: AbstractSet[str] = frozenset(),
+    dicts: AbstractSet[str] = frozenset(),
 ) -> list[cst.BaseStatement]:
     """:func:`prepare_statement` for ``names``, but each name holding a tuple of loaders
     (``tuples``: ``loaders = get_loaders(...)``) prepared by its elements on a line of its own,
     ``loaders = accelerator.prepare(*loaders)``: ``prepare`` passes a tuple through unchanged, and
     returns a tuple for several objects (the runtime's and Accelerate's), so the name holds as
-    many prepared loaders, in the same order."""
-    plain = [name for name in names if name not in tuples]
+    many prepared loaders, in the same order. A tuple written of loader names (``parts``) whose
+    every loader is prepared by its name here or before (``names``, ``prepared``) is bound again
+    to them instead, ``loaders = (train_loader, test_loader)``: each loader is prepared once. A
+    dict of loaders (``dicts``) is prepared by its values, ``loaders = {key:
+    accelerator.prepare(loader) for key, loader in loaders.items()}``."""
+    plain = [name for name in names if name not in tuples and name not in dicts]
     found = [prepare_statement(accelerator, plain, indent)] if plain else []
-    return found + [statement(f"{name} = {accelerator}.prepare(*{name})") for name in names if name in tuples]
+    done = set(prepared) | set(plain)
+    for name in names:
+        written = (parts or {}).get(name)
+        if name in dicts:
+            found.append(
+                statement(f"{name} = {{key: {accelerator}.prepare(loader) for key, loader in {name}.items()}}")
+            )
+        if name not in tuples:
+            continue
+        if written is not None and done.issuperset(written):
+            found.append(statement(f"{name} = ({', '.join(written)})"))
+        else:
+            found.append(statement(f"{name} = {accelerator}.prepare(*{name})"))
+    return found
 
 
 def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.BaseStatement:

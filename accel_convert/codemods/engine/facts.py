@@ -368,6 +368,16 @@ class ScriptFacts(FactQuestions):
     #: accelerator.prepare(*loaders)`` (which returns a tuple as long, in order), never as one
     #: object (passed through unchanged: nothing sharded).
     loader_tuples: Mapping[str, int] = field(default_factory=dict)
+    #: The loader tuples of ``loader_tuples`` written of the script's own loader names
+    #: (``loaders = (train_loader, test_loader)``) → those names: where they are prepared, the
+    #: tuple is bound again to the prepared loaders (``loaders = (train_loader, test_loader)``),
+    #: not prepared by its elements a second time.
+    loader_tuple_parts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Names holding the dict of loaders a loader factory of the file returns (``loaders =
+    #: get_loaders(...)``, the factory returning ``{"train": train_loader, "test": test_loader}``):
+    #: prepared by their values, ``loaders = {key: accelerator.prepare(loader) for key, loader in
+    #: loaders.items()}``; a loop over ``loaders["train"]`` iterates one of its prepared loaders.
+    loader_dict_names: AbstractSet[str] = frozenset()
     #: Module-level loader factories of the module returning a tuple of loaders of known length
     #: (``return train_loader, test_loader``) → that length; other modules of the program learn
     #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
@@ -686,6 +696,8 @@ class FactsDraft(FactQuestions):
     eval_loaders: set[str] = field(default_factory=set)
     unprepared_loaders: set[str] = field(default_factory=set)
     loader_tuples: dict[str, int] = field(default_factory=dict)
+    loader_tuple_parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    loader_dict_names: set[str] = field(default_factory=set)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.names import BuiltinOf, NameTable, ScopeKey, builtin_named
-from accel_convert.codemods.engine.syntax import dotted, target_names
+from accel_convert.codemods.engine.syntax import constant_item, dotted, item_code, target_names
 from accel_convert.codemods.engine.torch_names import LOADER_PASS_THROUGH_METHODS, PROGRESS_BARS
 
 #: Builtins that wrap an iterable and yield what its first argument yields (``enumerate`` with an
@@ -30,6 +30,17 @@ def iterated(
     ``names``: the module's names (None for facts built by hand: builtins and progress bars are
     then matched as written)."""
     return _unwrapped(expr, names, scope, through_any_call)[0]
+
+
+def iterated_name(
+    expr: cst.BaseExpression, names: NameTable | None = None, scope: ScopeKey = (), *, through_any_call: bool = False
+) -> str | None:
+    """The name of the iterable under the wrappers of ``expr`` (see :func:`iterated`), as the
+    analysis names loaders: ``self.loader``, or ``loaders[0]`` for an item of a container of
+    loaders (a constant subscript of a name); None for any other iterable."""
+    found = iterated(expr, names, scope, through_any_call=through_any_call)
+    item = constant_item(found)
+    return dotted(found) or (item_code(*item) if item is not None else None)
 
 
 def batch_target(

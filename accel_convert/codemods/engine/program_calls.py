@@ -13,7 +13,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
-from accel_convert.codemods.engine.syntax import dotted, parameter_filled, takes_every_argument
+from accel_convert.codemods.engine.syntax import constant_item, dotted, parameter_filled, takes_every_argument
 from accel_convert.codemods.engine.torch_names import WORKER_CALLBACKS
 from accel_convert.codemods.model.file_flow import file_logger_class
 
@@ -276,6 +276,9 @@ def _argument_as_written(facts: ScriptFacts, scope: ScopeKey, value: cst.BaseExp
         written = INLINE_GPU_INDEX
     if written is None and (held := held_name(value, indexed=True)) in facts.gpu_index_values:
         written = held  # ``gpus[0]``, ``cfg["gpu"]``: a GPU index kept in a container
+    item = constant_item(value) if written is None else None
+    if item is not None and (item[0] in facts.loader_tuples or item[0] in facts.loader_dict_names):
+        written = item[0]  # ``loaders["test"]``: one of the loaders the container holds, prepared with it
     return written
 
 

@@ -41,6 +41,33 @@ def dotted(node: cst.CSTNode | None) -> str | None:
     return None
 
 
+def constant_item(node: cst.CSTNode | None) -> tuple[str, int | str] | None:
+    """``("loaders", 0)`` for ``loaders[0]`` (``-1`` for ``loaders[-1]``), ``("self.loaders", "train")`` for
+    ``self.loaders["train"]``: a dotted name subscripted by one integer or string constant; None
+    for anything else."""
+    if type(node) is not cst.Subscript or len(node.slice) != 1:
+        return None
+    base = dotted(node.value)
+    index = node.slice[0].slice
+    if base is None or not isinstance(index, cst.Index):
+        return None
+    value = index.value
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        found = value.expression
+        return (base, -int(found.value, 0)) if isinstance(found, cst.Integer) else None  # ``loaders[-1]``
+    if isinstance(value, cst.Integer):
+        return base, int(value.value, 0)
+    if isinstance(value, cst.SimpleString):
+        key = value.evaluated_value
+        return (base, key) if isinstance(key, str) else None
+    return None
+
+
+def item_code(holder: str, key: int | str) -> str:
+    """``loaders[0]``, ``loaders['train']``: how :func:`constant_item`'s parts read as code."""
+    return f"{holder}[{key!r}]"
+
+
 def root_name(node: cst.BaseExpression) -> str | None:
     """The Name at the root of an attribute/subscript/call chain: ``batch`` for ``batch["x"].to(d)``."""
     while True:

@@ -23,6 +23,7 @@ from accel_convert.codemods.model.classes import (
 from accel_convert.codemods.model.loops import training_backwards
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
+    AssignRecord,
     CallRecord,
 )
 from accel_convert.codemods.model.roles import models_into_parameters
@@ -52,6 +53,7 @@ from accel_convert.codemods.model.state import Analysis
         "call_graph",
         "arguments",
         "loader_classes",
+        "loader_factories",
     ),
     provides=(
         "home_kind",
@@ -168,7 +170,7 @@ def _home_by_what_it_binds(a: Analysis) -> str:
     accelerator lands after its argument parsing and the module's own prints can reach it, not in
     the function holding the backward), or running a backward; else the module."""
     facts = a.facts
-    home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.loaders), None)
+    home = next((assign.function for assign in a.r.assigns if _binds_loaders_to_use(a, assign)), None)
     if home is None and facts.train_loops:
         home = facts.train_loops[0].function
     if home is None:
@@ -183,6 +185,20 @@ def _home_by_what_it_binds(a: Analysis) -> str:
     if home is None:
         home = next((call.function for call in training_backwards(a)), MODULE)
     return home
+
+
+def _binds_loaders_to_use(a: Analysis, assign: AssignRecord) -> bool:
+    """Whether ``assign`` binds loaders for its block to train or evaluate over: a loader's name
+    or what a loader factory of the file returns (``loaders = get_loaders(...)``, a dict of them
+    too), outside the loader factories themselves (``get_loaders()`` binds the loaders it
+    returns to the block calling it, where training starts)."""
+    factories = a.loader_factories.keys() | a.loader_dict_factories.keys()
+    if assign.function in factories:
+        return False
+    value = assign.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
+        return True
+    return bool(set(assign.targets) & a.facts.loaders)
 
 
 def _block_that_can_hold_it(a: Analysis, home: str) -> str:

@@ -6,9 +6,11 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     class_methods,
+    constant_item,
     dotted,
     parameter_filled,
     parameter_names,
@@ -21,6 +23,7 @@ from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
+    LoopRecord,
 )
 from accel_convert.codemods.model.state import Analysis
 
@@ -63,6 +66,7 @@ def loader_factories(a: Analysis) -> None:
         else:
             _add_returned_loaders(a, factories, scope, value, built_in)
     a.loader_factories = {scope[0]: positions for scope, positions in factories.items() if len(scope) == 1}
+    a.loader_dict_factories = _dict_factories(a, built_in)
     a.loader_methods = {(scope[0], scope[1]): positions for scope, positions in factories.items() if len(scope) == 2}
     a.facts.loader_returning_functions = set(a.loader_factories)
 
@@ -84,6 +88,26 @@ def _add_returned_loaders(
         ):
             positions = factories.get(scope, set()) if scope in factories else set()
             factories[scope] = None if not is_tuple or positions is None else positions | {index}
+
+
+def _dict_factories(a: Analysis, built_in: set[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    """Module-level functions every ``return`` of which is a dict literal of loaders keyed by
+    strings (``return {"train": train_loader, "test": DataLoader(...)}``) → its keys."""
+    returned: dict[str, set[tuple[str, ...] | None]] = {}
+    for function, value in a.r.returns:
+        keys: tuple[str, ...] | None = None
+        if isinstance(value, cst.Dict) and value.elements:
+            elements = [e for e in value.elements if isinstance(e, cst.DictElement)]
+            found = tuple(e.key.evaluated_value for e in elements if isinstance(e.key, cst.SimpleString))
+            loaders = all(
+                a.constructs_loader(e.value, (function,))
+                or (isinstance(e.value, cst.Name) and (function, e.value.value) in built_in)
+                for e in elements
+            )
+            if len(elements) == len(value.elements) == len(found) and loaders:
+                keys = tuple(str(key) for key in found)
+        returned.setdefault(function, set()).add(keys)
+    return {function: keys for function, (keys, *others) in returned.items() if not others and keys}
 
 
 def _lists_of_loaders(a: Analysis, built_in: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -116,8 +140,14 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
 
 
 @provider(
-    needs=("loader_factories", "loader_classes", "arguments"),
-    provides=("loader_tuples", "loader_tuple_factories", "loaders_unpacked_from_parameters"),
+    needs=("loader_factories", "loader_classes", "arguments", "prepared"),
+    provides=(
+        "loader_tuples",
+        "loader_tuple_parts",
+        "loader_tuple_factories",
+        "loader_dict_names",
+        "loaders_unpacked_from_parameters",
+    ),
     refines=("train_loaders", "arguments"),
 )
 def loader_tuples(a: Analysis) -> None:
@@ -129,33 +159,88 @@ def loader_tuples(a: Analysis) -> None:
     trainer's attributes) is the loader at its position: recorded like an argument flowing into a
     parameter, so it takes the loader's role and its loops are training or evaluation over a
     prepared loader. Unpacked from a parameter, it is no object of that function's own to
-    prepare: its caller prepared the tuple (``loaders_unpacked_from_parameters``)."""
+    prepare: its caller prepared the tuple (``loaders_unpacked_from_parameters``). A tuple written
+    of the script's loader names holds loaders that are prepared by their own names: it is bound
+    again to them once they are (``loader_tuple_parts``), so each loader is prepared once."""
     facts = a.facts
     factory_lengths = _tuple_factory_lengths(a)
     facts.loader_tuple_factories.update(factory_lengths)
     lengths: dict[str, set[int | None]] = {}
+    parts: dict[str, set[tuple[str, ...] | None]] = {}
     for assign in a.r.assigns:
         if _prepares_own_elements(assign):
             continue  # ``loaders = accelerator.prepare(*loaders)``: the same loaders, prepared
         length = _loader_tuple_length(a, assign, factory_lengths)
         for target in assign.targets:
             lengths.setdefault(target, set()).add(length)
+            parts.setdefault(target, set()).add(_loader_names_written(a, assign) if length is not None else None)
     for name, found in lengths.items():
         (length,) = found if len(found) == 1 else (None,)
         if length is not None:
             facts.loader_tuples[name] = length
             facts.train_loaders.add(name)  # sorted into train/eval by the loops
+            (written,) = parts[name] if len(parts[name]) == 1 else (None,)
+            if written is not None:
+                facts.loader_tuple_parts[name] = written
+                if facts.prepared.issuperset(written):
+                    facts.prepared.add(name)  # bound again to the loaders the script prepared
+    _loader_dict_names(a)
     for assign in a.r.assigns:
         _unpacked_loaders(a, assign)
+    for loop in a.r.loops:
+        _indexed_loader(a, loop)
+
+
+def _loader_dict_names(a: Analysis) -> None:
+    """Names every binding of which is a call of a dict factory of the file (``loaders =
+    get_loaders(...)``): a dict of loaders, prepared by its values (``loader_dict_names``). Its
+    prepared form (``loaders = {key: accelerator.prepare(loader) for key, loader in
+    loaders.items()}``) binds the same loaders, prepared."""
+    facts = a.facts
+    found: dict[str, set[bool]] = {}
+    for assign in a.r.assigns:
+        if len(assign.targets) != 1 or _prepares_own_values(assign):
+            continue
+        value = assign.value
+        local = a.r.names.scopes.get(assign.scope) if assign.scope else None
+        called = (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Name)
+            and value.func.value in a.loader_dict_factories
+            and not (local is not None and local.binds(value.func.value))
+        )
+        found.setdefault(assign.targets[0], set()).add(called)
+    for name, calls in found.items():
+        if calls == {True}:
+            facts.loader_dict_names.add(name)
+            facts.train_loaders.add(name)  # sorted into train/eval by the loops
+            if any(_prepares_own_values(assign) and assign.targets == (name,) for assign in a.r.assigns):
+                facts.prepared.add(name)
+
+
+def _prepares_own_values(assign: AssignRecord) -> bool:
+    """``loaders = {key: accelerator.prepare(loader) for key, loader in loaders.items()}``: what a
+    converted script writes for a dict of loaders."""
+    value = assign.value
+    if len(assign.targets) != 1 or not isinstance(value, cst.DictComp) or not is_any_prepare(value.value):
+        return False
+    source = value.for_in.iter
+    return (
+        isinstance(source, cst.Call)
+        and isinstance(source.func, cst.Attribute)
+        and source.func.attr.value == "items"
+        and dotted(source.func.value) == assign.targets[0]
+    )
 
 
 def _tuple_factory_lengths(a: Analysis) -> dict[str, int]:
     """Module-level loader factory → the length of the tuple it returns, where every ``return``
-    of it is a tuple of that many loaders (at least two; ``return train_loader, test_loader``)."""
+    of it is a tuple of that many loaders (at least two; ``return train_loader, test_loader``), or
+    a list of them (``return [train_loader, test_loader]``: held, unpacked and indexed alike)."""
     returned: dict[str, set[int | None]] = {}
     for function, value in a.r.returns:
         positions = a.loader_factories.get(function)
-        elements = value.elements if isinstance(value, cst.Tuple) else ()
+        elements = value.elements if isinstance(value, (cst.Tuple, cst.List)) else ()
         whole = (
             positions is not None
             and len(elements) >= 2
@@ -199,6 +284,18 @@ def _loader_tuple_length(a: Analysis, assign: AssignRecord, factory_lengths: dic
     return len(value.elements) if all(dotted(e.value) in loaders for e in value.elements) else None
 
 
+def _loader_names_written(a: Analysis, assign: AssignRecord) -> tuple[str, ...] | None:
+    """The loader names ``loaders = (train_loader, test_loader)`` writes its tuple of (each a
+    plain name of a loader); None for a tuple of anything else, or a factory's call."""
+    value = assign.value
+    if not isinstance(value, cst.Tuple):
+        return None
+    names = tuple(e.value.value for e in value.elements if isinstance(e.value, cst.Name))
+    if len(names) != len(value.elements) or not all(name in a.facts.train_loaders for name in names):
+        return None
+    return names
+
+
 def _unpacked_loaders(a: Analysis, assign: AssignRecord) -> None:
     """``train_loader, test_loader = loaders`` with ``loaders`` a loader tuple as long (bound in
     the function, or handed to it as a parameter): each name is the loader at its position (see
@@ -228,6 +325,39 @@ def _unpacked_loaders(a: Analysis, assign: AssignRecord) -> None:
         a.arguments.setdefault((assign.function, target), set()).update(sites)
         if received:
             a.facts.loaders_unpacked_from_parameters.add((assign.function, target))
+
+
+def _indexed_loader(a: Analysis, loop: LoopRecord) -> None:
+    """``for inputs, labels in loaders[0]``, with ``loaders`` a loader tuple (bound in the
+    function, or handed to it): the loop iterates the loader at that position, recorded like an
+    argument flowing into a parameter (as :func:`_unpacked_loaders` records a name unpacking it),
+    so the loop trains or evaluates over a prepared loader of that role."""
+    item = constant_item(iterated(loop.node.iter, a.r.names, loop.scope))
+    if item is None or loop.iterated is None:
+        return
+    held, index = item
+    if not isinstance(index, int):
+        # ``loaders["train"]`` of a dict of loaders: one of its loaders, all prepared with it.
+        origins = a.origin_sites(loop.function, held) | {(loop.function, held)}
+        dicts = {site for site in origins if site[1] in a.facts.loader_dict_names}
+        if dicts:
+            a.arguments.setdefault((loop.function, loop.iterated), set()).update(dicts)
+        return
+    tuples = a.facts.loader_tuples
+    holders = {site for site in a.origin_sites(loop.function, held) | {(loop.function, held)} if site[1] in tuples}
+    lengths = {tuples[site[1]] for site in holders}
+    if len(lengths) != 1:
+        return
+    (length,) = lengths
+    if not -length <= index < length:
+        return
+    index %= length
+    elements = {
+        site
+        for site in elements_held(a, loop.function, held, index, length, frozenset())
+        if site[1] in a.facts.train_loaders or site[1] == f"{held}[{index}]"
+    }
+    a.arguments.setdefault((loop.function, loop.iterated), set()).update(elements | holders)
 
 
 def _parameters_of(a: Analysis, assign: AssignRecord) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from typing import Union
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
-from accel_convert.codemods.engine.iteration import iterated, loop_batch_names
+from accel_convert.codemods.engine.iteration import iterated, iterated_name, loop_batch_names
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey
 from accel_convert.codemods.engine.positions import POSITIONED_TYPES
 from accel_convert.codemods.engine.syntax import (
@@ -414,7 +414,8 @@ class Recorder(NameCollector):
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
         self._order += 1
-        loader = dotted(iterated(node.iter, self.names, self.scope))
+        # ``loaders[0]`` of a tuple of loaders: the loaders owner says what it holds.
+        loader = iterated_name(node.iter, self.names, self.scope)
         loop = LoopRecord(
             node,
             self.function,
@@ -426,7 +427,7 @@ class Recorder(NameCollector):
         )
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
-        loop.through_calls = dotted(iterated(node.iter, self.names, self.scope, through_any_call=True))
+        loop.through_calls = iterated_name(node.iter, self.names, self.scope, through_any_call=True)
         loop.nested = next(
             (path for n in range(len(self.scope), 1, -1) if (path := ".".join(self.scope[:n])) in self.nested_defs),
             None,

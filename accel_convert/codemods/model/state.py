@@ -68,6 +68,9 @@ class Analysis:
         #: The same for methods of module-level classes (``self.make_loader()``), keyed by
         #: ``(class, method)``.
         self.loader_methods: dict[tuple[str, str], set[int] | None] = {}
+        #: Module-level functions every ``return`` of which is a dict literal of loaders (``return
+        #: {"train": train_loader, "test": test_loader}``) → its keys.
+        self.loader_dict_factories: dict[str, tuple[str, ...]] = {}
         #: Module-level functions returning the parse result (``args = get_args()`` parses).
         self.argument_parsing_functions: set[str] = set()
         #: Calls that copy what they are given (``copy.deepcopy``, ``AveragedModel``, ...).

@@ -247,6 +247,20 @@ class _Prepare(HomeBlockTransformer):
         """Record that a ``prepare`` statement of the block being edited takes ``names``."""
         self.prepared_in_block.update(names)
 
+    def _prepare_statements(self, names: list[str], indent: str) -> list[cst.BaseStatement]:
+        """The statements preparing ``names`` (taken already): a loader tuple written of loaders
+        this block prepared is bound again to them, not prepared a second time."""
+        facts = self.facts
+        return prepare_statements(
+            self.accelerator,
+            names,
+            indent,
+            facts.loader_tuples,
+            facts.loader_tuple_parts,
+            self.prepared_in_block,
+            facts.loader_dict_names,
+        )
+
     def _insert_prepare(
         self, body: list[cst.BaseStatement], names: list[str], last_creation: dict[str, int], indent: str
     ) -> list[cst.BaseStatement]:
@@ -254,7 +268,7 @@ class _Prepare(HomeBlockTransformer):
         self._took(names)
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
-        prepared = prepare_statements(self.accelerator, names, indent, self.facts.loader_tuples)
+        prepared = self._prepare_statements(names, indent)
         return [*body[: after + 1], *prepared, *body[after + 1 :]]
 
     def _prepare_before_wrapping(
@@ -349,7 +363,7 @@ class _Prepare(HomeBlockTransformer):
             if names:
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
                 self._took(names)
-                result += prepare_statements(self.accelerator, names, indent, self.facts.loader_tuples)
+                result += self._prepare_statements(names, indent)
             if not after:
                 result.append(node)
         return result
@@ -381,7 +395,7 @@ class _Prepare(HomeBlockTransformer):
                     why = where or ("it is built" if name in self.plan.prepared_where_built else "the loop builds it")
                     self.report(node, Prepare.code, f"prepare {name} where {why}", header_only=True)
                     self._took([name])
-                    result += prepare_statements(self.accelerator, [name], indent, self.facts.loader_tuples)
+                    result += self._prepare_statements([name], indent)
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
                 original = node

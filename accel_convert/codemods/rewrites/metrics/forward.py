@@ -13,7 +13,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, seen_through_unwrap
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.iteration import iterated, loop_batch_names
+from accel_convert.codemods.engine.iteration import iterated_name, loop_batch_names
 from accel_convert.codemods.engine.syntax import (
     dotted,
     expression_code,
@@ -33,7 +33,7 @@ Forward = tuple[cst.SimpleStatementLine, tuple[str, ...]]
 def loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | None:
     """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None.
     Through any call (``progress(test_loader)``), as the analysis finds evaluation loops."""
-    if dotted(iterated(node.iter, facts.names, through_any_call=True)) not in facts.loaders:
+    if iterated_name(node.iter, facts.names, through_any_call=True) not in facts.loaders:
         return None
     return loop_batch_names(node, facts.names, through_any_call=True, plain=True)
 

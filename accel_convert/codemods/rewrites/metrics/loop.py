@@ -13,7 +13,7 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.iteration import enumerate_index, iterated
+from accel_convert.codemods.engine.iteration import enumerate_index, iterated, iterated_name
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
@@ -252,7 +252,7 @@ class EvalLoopRewriter(RuleTransformer):
             f"counts summed across processes after the loop: {', '.join(names)}"
             + (" (each process's batches without the padding of the last round)" if self._runtime_target else ""),
         )
-        loader = dotted(iterated(original.iter, through_any_call=True))
+        loader = iterated_name(original.iter, through_any_call=True)
         if batches_counted(scope, loader, self.builtin):
             self.report(
                 original,
@@ -266,7 +266,7 @@ class EvalLoopRewriter(RuleTransformer):
     def _over_unprepared_loader(self, node: cst.For) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
         where the training objects are built and prepared (an evaluation helper's own loader)."""
-        name = dotted(iterated(node.iter, through_any_call=True))
+        name = iterated_name(node.iter, through_any_call=True)
         if name in self.facts.unprepared_loaders:
             return True  # a script with no model reading its loaders whole (dataset statistics)
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
@@ -567,7 +567,7 @@ class EvalLoopRewriter(RuleTransformer):
         """The gather made, and what of the loader's batches it cannot make right."""
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, GATHERED, f"gather_for_metrics({gathered}) after the forward", True)
-        loader = dotted(iterated(original.iter, through_any_call=True))
+        loader = iterated_name(original.iter, through_any_call=True)
         self._gathered_loops[-1].append(GatheredLoop(loader or "", original))
         if loader in self._padded_loaders and gathers_padded_sequences(original, plan):
             self.report(

@@ -11,7 +11,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.iteration import iterated
+from accel_convert.codemods.engine.iteration import iterated_name
 from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, root_name
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
@@ -36,7 +36,7 @@ def per_sample_lists(
     references, ``zipped_loaders``), and names the loop rebuilds item by item from themselves
     (``outputs = [{k: v.to("cpu") for k, v in t.items()} for t in outputs]``)."""
     found: set[str] = set()
-    if dotted(iterated(loop.iter, through_any_call=True)) in zipped_loaders:
+    if iterated_name(loop.iter, through_any_call=True) in zipped_loaders:
         found.update(batch)
     for node in nodes_in(cst.IndentedBlock(body=list(statements))):
         if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
