@@ -487,11 +487,14 @@ def _attribute_aliases(a: Analysis) -> None:
 
 def _names_held_in_locals(a: Analysis) -> None:
     """``loader = val_loader`` under ``if``/``else`` in a function or at the top level, and
-    ``data_loader = self.celeba_loader`` in a method (StarGAN's ``test()``): the local holds what
-    the other name holds, each binding one more origin (recorded like an argument, so roles and
-    origins follow it: the loop over ``loader`` iterates the loaders it picks from)."""
+    ``data_loader = self.celeba_loader`` in a method (StarGAN's ``test()``), the local then looped
+    over: it holds what the other name holds, each binding one more origin (recorded like an
+    argument, so roles and origins follow it: the loop over ``loader`` iterates the loaders it
+    picks from). Only names a loop of the same function iterates: what else a local stands for
+    (``model = self.model``) is the plan's (``plan._attribute_aliases``)."""
+    looped = {(loop.function, loop.iterated) for loop in a.r.loops if loop.iterated is not None}
     for assign in a.r.assigns:
-        if len(assign.targets) != 1 or "." in assign.targets[0]:
+        if len(assign.targets) != 1 or (assign.function, assign.targets[0]) not in looped:
             continue
         target, source = assign.targets[0], dotted(assign.value)
         if source is None or source == target:

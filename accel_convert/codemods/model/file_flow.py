@@ -35,13 +35,13 @@ from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.names import ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
+    bound_by,
     class_methods,
     dotted,
     names_in,
     nodes_in,
     parameter_filled,
     parameter_names,
-    target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
@@ -532,7 +532,10 @@ def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> tuple[str, tuple[s
     index = enumerate_index(loop.node, builtin)
     if index is None or per_batch_values(loop.node, builtin).counters != {index}:
         return None
-    bound_per_batch = {name for node in nodes_in(loop.node) for name in _names_bound(node)}
+    # Bound afresh each batch (``x_fake_list = [x_real]``); ``total += ...`` grows, it binds nothing new.
+    bound_per_batch = {
+        name for node in nodes_in(loop.node) if type(node) is not cst.AugAssign for name in bound_by(node)
+    }
     for node in nodes_in(loop.node.body):
         grown: cst.BaseExpression | None = node.target if isinstance(node, cst.AugAssign) else None
         if grown is None and collects(node):
@@ -548,16 +551,6 @@ def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> tuple[str, tuple[s
         }
     )
     return (index, tuple(models)) if models else None
-
-
-def _names_bound(node: cst.CSTNode) -> set[str]:
-    """The plain names an assignment or a loop binds (``x_fake_list = [x_real]`` in the loop's
-    body: a list of this batch only)."""
-    if isinstance(node, cst.Assign):
-        return {name for target in node.targets for name in target_names(target.target)}
-    if isinstance(node, (cst.For, cst.AnnAssign)):
-        return set(target_names(node.target))
-    return set()
 
 
 def _loader_parameters(a: Analysis, function: str, origins: set[str]) -> set[tuple[str, int, str]]:
@@ -615,7 +608,9 @@ def statistics_loaders(a: Analysis) -> None:
     facts.unprepared_loaders = read
 
 
-@rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders", "per_rank_loops"))
+@rule_provider(
+    needs=("eval_loops", "eval_loaders", "loader_loops", "train_loaders", "unsharded_loaders", "per_rank_loops")
+)
 def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
     """Where (original line, column, and the code of its argument naming the batch) an evaluation
     over a loader that stays prepared (a training loop iterates it too, or another module of the

@@ -814,16 +814,10 @@ class _MainProcessGuard(RuleTransformer):
             if created is not None:
                 runs.add_rewritten(created)
                 continue
-            kind = _write_kind(statement, self.facts, self.scope)
-            if kind in ("write", "folder", "delete") and self.writes_per_rank_here():
-                # Each process writes the files of its own batches (an evaluation loop the
-                # locality owner lets run per process): guarded, the others' would be lost.
-                kind = None
+            kind = self._kind_to_guard(statement)
             # A folder made or removed where a handler catches its error and goes on: no barrier
             # and no ``exist_ok`` (see ``error_caught_here``), left to every rank, reported.
             caught = kind in ("folder", "delete") and self.error_caught_here()
-            if kind == "write" and self._fetch_error_caught(statement):
-                kind = None
             if kind in ("folder", "delete") and (not barrier_safe or caught):
                 if whole_statement_guarded:
                     return None
@@ -839,6 +833,18 @@ class _MainProcessGuard(RuleTransformer):
                 runs.add_write(statement, kind)
         runs.flush()
         return runs.result if runs.changed else None
+
+    def _kind_to_guard(self, statement: cst.BaseStatement) -> str | None:
+        """What ``statement`` writes (see :func:`_write_kind`), None where it stays on every rank
+        as it is: in an evaluation loop the locality owner lets run per process (each writes the
+        files of its own batches; guarded, the others' would be lost), or a fetch whose error a
+        handler catches (see :meth:`_fetch_error_caught`)."""
+        kind = _write_kind(statement, self.facts, self.scope)
+        if kind in ("write", "folder", "delete") and self.writes_per_rank_here():
+            return None
+        if kind == "write" and self._fetch_error_caught(statement):
+            return None
+        return kind
 
     def _fetch_error_caught(self, statement: cst.BaseStatement) -> bool:
         """Whether ``statement`` (a file write) fetches what it writes where a handler catches the
