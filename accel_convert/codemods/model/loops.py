@@ -509,14 +509,19 @@ def _updates_by_hand(loop: LoopRecord) -> bool:
 
 
 def _methods_calling_training_functions(a: Analysis, backward_functions: AbstractSet[str]) -> set[tuple[str, str]]:
-    """The methods (class, method) handing what they hold to a function running a backward, of
-    this module (``train(self.model, self.train_loader, self.optimizer)``) or imported from
-    another module of the program: they train, as a method calling a method with backward does,
-    so their class keeps the accelerator and prepares the attributes it hands over."""
+    """The methods (class, method) handing a model or an optimizer they hold as an attribute to a
+    function running a backward, of this module (``train(self.model, self.train_loader,
+    self.optimizer)``) or imported from another module of the program: they train, as a method
+    calling a method with backward does, so their class keeps the accelerator and prepares the
+    attributes it hands over. A method handing other things (``fit_and_reload(self.args)``,
+    which builds its own) does not."""
     elsewhere = a.seeds.backward_functions if a.seeds is not None else frozenset()
+    held = {name for name in a.facts.models | a.facts.optimizers if "." in name}
     found: set[tuple[str, str]] = set()
     for call in a.r.calls:
         if call.function not in a.r.classes or len(call.scope) < 2:
+            continue
+        if not any(dotted(arg.value) in held for arg in call.node.args):
             continue
         func = call.node.func
         local = isinstance(func, cst.Name) and func.value in a.r.defs and func.value in backward_functions
