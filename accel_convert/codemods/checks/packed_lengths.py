@@ -50,7 +50,7 @@ def batches_moved_by_hand(a: Analysis) -> bool:
 def _moves_every_element(loop: cst.For) -> bool:
     """Whether the loop's body rebinds each name its target unpacks (past an ``enumerate`` index)
     to the same name moved to a device (``x = x.to(device)``, ``x, y = x.cuda(), y.cuda()``)."""
-    target = loop.target
+    target: cst.BaseExpression = loop.target
     iterated = loop.iter
     if (
         isinstance(iterated, cst.Call)
@@ -61,7 +61,7 @@ def _moves_every_element(loop: cst.For) -> bool:
     ):
         target = target.elements[1].value
     elements = _target_names(target)
-    return bool(elements) and elements <= _moved_in(loop.body)
+    return elements is not None and bool(elements) and elements <= _moved_in(loop.body)
 
 
 def _target_names(target: cst.BaseExpression) -> set[str] | None:
