@@ -24,7 +24,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import Example
-from accel_convert.codemods.engine.syntax import dotted, is_host_number, method_call
+from accel_convert.codemods.engine.syntax import dotted, is_host_number, method_call, target_names
 from accel_convert.codemods.engine.transformers import lines_of
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.provider import rule_provider
@@ -60,23 +60,8 @@ def _moves_every_element(loop: cst.For) -> bool:
         and len(target.elements) == 2
     ):
         target = target.elements[1].value
-    elements = _target_names(target)
-    return elements is not None and bool(elements) and elements <= _moved_in(loop.body)
-
-
-def _target_names(target: cst.BaseExpression) -> set[str] | None:
-    """The names a loop target binds, None when it binds anything but names (``batch[0]``)."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        found: set[str] = set()
-        for element in target.elements:
-            inner = _target_names(element.value)
-            if inner is None:
-                return None
-            found |= inner
-        return found
-    return None
+    elements = set(target_names(target))
+    return bool(elements) and elements <= _moved_in(loop.body)
 
 
 def _moved_in(body: cst.CSTNode) -> set[str]:
