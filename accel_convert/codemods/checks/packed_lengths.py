@@ -8,7 +8,10 @@ should be a 1D CPU int64 tensor"). Whether the lengths reaching the call are tha
 through the model's ``forward``) or a list is not visible to the converter, so it is reported:
 pass ``lengths.cpu()`` where they are a tensor. Lengths already read with ``.cpu()``/``.tolist()``,
 or written as a list, are left alone, and so is a name every assignment of which in its function
-binds such host values (``decode_lengths = (caplens - 1).tolist()``).
+binds such host values (``decode_lengths = (caplens - 1).tolist()``). Nor is anything reported
+where the original moved every element of every batch to the device itself (``caplens =
+caplens.to(device)`` beside the images and captions, in each loop over a loader): the lengths
+reached the call there as they do once converted, whatever the model's ``forward`` made of them.
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.check_walk import WalkingCheck
+from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import Example
-from accel_convert.codemods.engine.syntax import is_host_number, method_call
+from accel_convert.codemods.engine.syntax import dotted, is_host_number, method_call, target_names
 from accel_convert.codemods.engine.transformers import lines_of
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 PACK = "torch.nn.utils.rnn.pack_padded_sequence"
 
@@ -30,6 +36,56 @@ MESSAGE = (
     "pack_padded_sequence needs its lengths on the CPU, and a prepared loader puts the batch's tensors "
     "on the accelerator's device: pass lengths.cpu() where they come from the batch as a tensor"
 )
+
+
+@rule_provider(needs=("loader_loops",))
+def batches_moved_by_hand(a: Analysis) -> bool:
+    """Whether the original moves every element of every batch to a device itself, in each loop of
+    this module over a loader (``for i, (imgs, caps, caplens) in enumerate(loader):`` then
+    ``imgs = imgs.to(device)`` ... ``caplens = caplens.to(device)``); False where it loops over
+    none."""
+    return bool(a.loader_loops) and all(_moves_every_element(loop.node) for loop, _ in a.loader_loops)
+
+
+def _moves_every_element(loop: cst.For) -> bool:
+    """Whether the loop's body rebinds each name its target unpacks (past an ``enumerate`` index)
+    to the same name moved to a device (``x = x.to(device)``, ``x, y = x.cuda(), y.cuda()``)."""
+    target: cst.BaseExpression = loop.target
+    iterated = loop.iter
+    if (
+        isinstance(iterated, cst.Call)
+        and isinstance(iterated.func, cst.Name)
+        and iterated.func.value == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+    ):
+        target = target.elements[1].value
+    elements = set(target_names(target))
+    return bool(elements) and elements <= _moved_in(loop.body)
+
+
+def _moved_in(body: cst.CSTNode) -> set[str]:
+    """The names rebound to themselves moved to a device in ``body`` (not to the CPU)."""
+    moved: set[str] = set()
+    for assign in _assignments(body):
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        for target in assign.targets:
+            if isinstance(target.target, cst.Tuple) and isinstance(assign.value, cst.Tuple):
+                pairs += zip(
+                    (element.value for element in target.target.elements),
+                    (element.value for element in assign.value.elements),
+                )
+            else:
+                pairs.append((target.target, assign.value))
+        for name, value in pairs:
+            if (
+                isinstance(name, cst.Name)
+                and is_move(value)
+                and not method_call(value, "cpu")
+                and dotted(peel_moves(value)) == name.value
+            ):
+                moved.add(name.value)
+    return moved
 
 
 class PackedLengthsOnDevice(WalkingCheck):
@@ -100,8 +156,15 @@ class PackedLengthsOnDevice(WalkingCheck):
         ),
     )
 
+    providers = (batches_moved_by_hand,)
+
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(facts.loaders) and PACK in facts.call_sites
+        return (
+            facts.has_accelerator
+            and bool(facts.loaders)
+            and PACK in facts.call_sites
+            and not facts.of(batches_moved_by_hand)
+        )
 
     def lines(self, facts: ScriptFacts) -> set[int]:
         return lines_of(facts.call_sites.get(PACK, ()))

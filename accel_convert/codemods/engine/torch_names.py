@@ -217,8 +217,19 @@ HAND_DISTRIBUTION = (
 #: Calls that make a folder or file private to the calling process (a new name each call).
 #: Functions that create folders: on the main process, then every rank waits for them.
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
+#: The network fetches that write what they fetch into a file themselves (``urlretrieve(url,
+#: path)``): writes like any other, on the main process while the others wait (each process
+#: fetching into the same file would rewrite it while another reads it).
+FILE_FETCHES = frozenset(
+    {
+        "urllib.request.urlretrieve",
+        "torch.hub.download_url_to_file",
+        "wget.download",
+        "gdown.download",
+    }
+)
 #: Functions that write to or change the file system.
-WRITING_FUNCTIONS = frozenset(
+WRITING_FUNCTIONS = FILE_FETCHES | frozenset(
     {
         "torchvision.utils.save_image",
         "matplotlib.pyplot.savefig",
@@ -238,16 +249,7 @@ WRITING_FUNCTIONS = frozenset(
     }
 )
 #: Calls that fetch a file over the network: a function of the script making one is a download.
-NETWORK_FETCHES = frozenset(
-    {
-        "urllib.request.urlretrieve",
-        "urllib.request.urlopen",
-        "requests.get",
-        "torch.hub.download_url_to_file",
-        "wget.download",
-        "gdown.download",
-    }
-)
+NETWORK_FETCHES = FILE_FETCHES | frozenset({"urllib.request.urlopen", "requests.get"})
 #: ``requests``' exception classes (all derive from ``RequestException(IOError)``).
 _REQUESTS_ERRORS = (
     "RequestException",

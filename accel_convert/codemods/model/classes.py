@@ -8,6 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.facts import callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
@@ -101,9 +102,31 @@ def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str])
     (``training``) or looping over a loader; for a library's class the program hands the prepared
     model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model)."""
     methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
+    methods |= _methods_handing_loaders_to_loops(a, name)
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
         methods = _saving_methods(a, name)
     return methods
+
+
+def _methods_handing_loaders_to_loops(a: Analysis, name: str) -> set[str]:
+    """The methods of class ``name`` handing a loader they hold as an attribute to a function of
+    this module that loops over what it is handed (``evaluate(self.net, self.test_loader)``): they
+    loop over it as surely as a loop of their own, so the class prepares the loader."""
+    looping = callers_closure(
+        {loop.function for loop, _ in a.loader_loops if loop.function in a.r.defs},
+        a.facts.call_graph,
+        among=set(a.r.defs),
+    )
+    loaders = {loader for loader in a.facts.train_loaders | a.facts.eval_loaders if "." in loader}
+    return {
+        call.scope[1]
+        for call in a.r.calls
+        if call.function == name
+        and len(call.scope) >= 2
+        and isinstance(call.node.func, cst.Name)
+        and call.node.func.value in looping
+        and any(dotted(arg.value) in loaders for arg in call.node.args)
+    }
 
 
 def _saving_methods(a: Analysis, name: str) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 import libcst as cst
@@ -507,6 +508,28 @@ def _updates_by_hand(loop: LoopRecord) -> bool:
     )
 
 
+def _methods_calling_training_functions(a: Analysis, backward_functions: AbstractSet[str]) -> set[tuple[str, str]]:
+    """The methods (class, method) handing a model or an optimizer they hold as an attribute to a
+    function running a backward, of this module (``train(self.model, self.train_loader,
+    self.optimizer)``) or imported from another module of the program: they train, as a method
+    calling a method with backward does, so their class keeps the accelerator and prepares the
+    attributes it hands over. A method handing other things (``fit_and_reload(self.args)``,
+    which builds its own) does not."""
+    elsewhere = a.seeds.backward_functions if a.seeds is not None else frozenset()
+    held = {name for name in a.facts.models | a.facts.optimizers if "." in name}
+    found: set[tuple[str, str]] = set()
+    for call in a.r.calls:
+        if call.function not in a.r.classes or len(call.scope) < 2:
+            continue
+        if not any(dotted(arg.value) in held for arg in call.node.args):
+            continue
+        func = call.node.func
+        local = isinstance(func, cst.Name) and func.value in a.r.defs and func.value in backward_functions
+        if local or (elsewhere and program_callee(a.facts, func, call.scope) in elsewhere):
+            found.add((call.function, call.scope[1]))
+    return found
+
+
 def _mark_while_loops(a: Analysis) -> None:
     """A ``while`` loop a ``break`` leaves trains when a loss's backward runs in it (not a helper
     object's ``.backward()``)."""
@@ -539,6 +562,8 @@ def _functions_with_backward(a: Analysis) -> set[str]:
             for loop in call.loops:
                 loop.has_backward = True
     _mark_while_loops(a)
+    closure = callers_closure(direct, facts.call_graph)
+    a.backward_methods |= _methods_calling_training_functions(a, closure)
     # Methods that call a method with backward (``self._run_batch(...)``) train too.
     changed = True
     while changed:
@@ -551,7 +576,7 @@ def _functions_with_backward(a: Analysis) -> set[str]:
                     a.backward_methods.add((owner_name, method))
                     changed = True
     # Functions that call a function with backward train too.
-    return callers_closure(direct, facts.call_graph)
+    return closure
 
 
 @provider(

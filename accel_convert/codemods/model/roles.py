@@ -670,6 +670,11 @@ def flow_into_parameters(a: Analysis) -> None:
         _models_handed_in(a, origins)
         if sum(len(role) for role in roles) == before:
             break
+    # A parameter receiving a model only moved to the device (``evaluate(self.net, loader)``, the
+    # evaluator's network from its ``__init__``) is one too, where it is no trained model.
+    for (_, param), received in origins.items():
+        if received & facts.frozen_models and param not in facts.models:
+            facts.frozen_models.add(param)
 
 
 def models_into_parameters(a: Analysis, models: AbstractSet[str]) -> None:

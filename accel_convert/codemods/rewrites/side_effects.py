@@ -71,6 +71,7 @@ from accel_convert.codemods.engine.syntax import (
     names_in,
 )
 from accel_convert.codemods.engine.torch_names import (
+    FILE_FETCHES,
     FOLDER_FUNCTIONS,
     NETWORK_FETCHES,
     TRACKER_CONSTRUCTORS,
@@ -1309,6 +1310,8 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[s
         return "folder"
     if name in DELETING_FUNCTIONS:
         return "delete"
+    if name in FILE_FETCHES and scope and scope[0] in facts.download_functions:
+        return None  # the script's own download: its callers run it on the main process first
     if name in WRITING_FUNCTIONS:
         return "write"
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in WRITING_METHODS:
