@@ -209,8 +209,13 @@ def own_batches(
         ("enumerate(train_loader)", "i = i * accelerator.num_processes + accelerator.process_index"),
         ("enumerate(train_loader, 1)", "i = (i - 1) * accelerator.num_processes + accelerator.process_index + 1"),
         ("enumerate(train_loader, start=1)", "i = (i - 1) * accelerator.num_processes + accelerator.process_index + 1"),
+        (
+            "enumerate(train_loader, len(train_loader) + 1)",
+            "i = (i - (len(train_loader) + 1)) * accelerator.num_processes + accelerator.process_index + "
+            "(len(train_loader) + 1)",
+        ),
     ],
-    ids=["from-0", "from-1", "start-keyword"],
+    ids=["from-0", "from-1", "start-keyword", "start-expression"],
 )
 def test_each_process_writes_its_own_batches_of_a_training_loader_under_the_original_index(
     loop: str, rebound: str

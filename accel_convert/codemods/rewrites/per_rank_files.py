@@ -216,6 +216,8 @@ class _OwnBatchesWritten(RuleTransformer):
         """``i * accelerator.num_processes + accelerator.process_index``, shifted by the
         ``enumerate`` start when there is one (``(i - 1) * ... + 1``)."""
         start = self._enumerate_start(node.iter)
+        if start is not None and not isinstance(start, (cst.Name, cst.Integer, cst.Attribute)):
+            start = start.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # ``(i - (a + 1))``
         counted: cst.BaseExpression = cst.Name(index)
         if start is not None:
             counted = cst.BinaryOperation(
