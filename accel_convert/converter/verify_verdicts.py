@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -494,11 +494,12 @@ def prints_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     exact_by_rank = {rank: printed_lines(multi, rank, original) for rank in multi.ranks()}
     by_rank = {rank: Counter(mask_numbers(text) for text in lines) for rank, lines in exact_by_rank.items()}
     union = sum(by_rank.values(), Counter())
+    printed_exactly = _exact_lines_by_shape(text for lines in exact_by_rank.values() for text in lines)
+    original_exactly = _exact_lines_by_shape(original_lines)
     problems = []
     for line in union:
         ranks = [rank for rank, lines in by_rank.items() if line in lines]
-        shared_out = Counter(text for lines in exact_by_rank.values() for text in lines if mask_numbers(text) == line)
-        if len(ranks) > 1 and shared_out == Counter(text for text in original_lines if mask_numbers(text) == line):
+        if len(ranks) > 1 and printed_exactly[line] == original_exactly[line]:
             continue
         if len(ranks) > 1 and line.strip():
             problems.append(f"{line!r}: printed by ranks {', '.join(map(str, ranks))}")
@@ -506,6 +507,14 @@ def prints_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
             problems.append(f"{line!r}: printed {union[line]} times, {expected[line]} by the original")
     problems.extend(f"{line!r}: printed by the original, by no rank" for line in expected if line not in union)
     return verdict("prints-once", "each line the original prints printed once", problems, f"{len(union)} lines")
+
+
+def _exact_lines_by_shape(lines: Iterable[str]) -> defaultdict[str, Counter[str]]:
+    """Lines, numbers and all, counted under their shape (numbers masked)."""
+    by_shape: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for text in lines:
+        by_shape[mask_numbers(text)][text] += 1
+    return by_shape
 
 
 def written_paths(run: RunTrace) -> dict[str, set[int]]:

@@ -387,6 +387,10 @@ class ScriptFacts(FactQuestions):
     #: its element's role, that the caller prepared with the tuple (no object of the function's
     #: own to prepare).
     loaders_unpacked_from_parameters: AbstractSet[tuple[str, str]] = frozenset()
+    #: (scope, local) → the names a local a loop iterates picks, where every binding of it in
+    #: that function or method (scope ``("Solver", "test")``) binds another name (``loader = val_loader`` / ``loader = train_loader`` under ``if``/``else``,
+    #: StarGAN's ``data_loader = self.celeba_loader``): the loop iterates what they hold.
+    names_picked_by_locals: Mapping[tuple[tuple[str, ...], str], AbstractSet[str]] = field(default_factory=dict)
     #: Names holding the device (``device``, ``args.device``, ``dev``) and flags meaning "use CUDA"
     #: (``args.cuda``, ``use_cuda``).
     device_names: AbstractSet[str] = frozenset()
@@ -700,6 +704,7 @@ class FactsDraft(FactQuestions):
     loader_dict_names: set[str] = field(default_factory=set)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
+    names_picked_by_locals: dict[tuple[tuple[str, ...], str], set[str]] = field(default_factory=dict)
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)

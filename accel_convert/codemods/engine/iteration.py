@@ -83,14 +83,30 @@ def enumerate_index(loop: cst.For, builtin: BuiltinOf) -> str | None:
     return first.value if isinstance(first, cst.Name) else None
 
 
+def enumerate_start(expr: cst.BaseExpression, builtin: BuiltinOf) -> cst.BaseExpression | None:
+    """The start of the builtin ``enumerate`` among the calls ``expr`` wraps its iterable in
+    (``enumerate(loader, 1)``, ``start=1``); None when it counts from 0 or nothing enumerates."""
+    call = _enumerate_call(expr, builtin)
+    if call is None:
+        return None
+    given = [arg for arg in call.args[1:] if arg.keyword is None or arg.keyword.value == "start"]
+    value = given[0].value if given else None
+    return None if isinstance(value, cst.Integer) and int(value.value) == 0 else value
+
+
 def _enumerated(expr: cst.BaseExpression, builtin: BuiltinOf) -> bool:
     """Whether the builtin ``enumerate`` is among the calls ``expr`` wraps its iterable in (through
     any call, as :func:`iterated` with ``through_any_call``)."""
+    return _enumerate_call(expr, builtin) is not None
+
+
+def _enumerate_call(expr: cst.BaseExpression, builtin: BuiltinOf) -> cst.Call | None:
+    """The builtin ``enumerate`` call among the calls ``expr`` wraps its iterable in."""
     while isinstance(expr, cst.Call) and expr.args:
         if builtin(expr.func) == "enumerate":
-            return True
+            return expr
         expr = expr.args[0].value
-    return False
+    return None
 
 
 def _unwrapped(

@@ -105,7 +105,9 @@ def nested_callee(a: Analysis, call: CallRecord) -> str | None:
     return path if path in a.r.nested_defs else None
 
 
-@provider(provides=("call_graph", "arguments", "constructions", "loop_calls", "nested_functions"))
+@provider(
+    provides=("call_graph", "arguments", "constructions", "loop_calls", "nested_functions", "names_picked_by_locals")
+)
 def call_graph(a: Analysis) -> None:
     """Which module-level function calls which (``call_graph``, and the functions each loop
     calls), and what flows into each parameter: arguments of calls of the file's functions,
@@ -491,22 +493,36 @@ def _names_held_in_locals(a: Analysis) -> None:
     over: it holds what the other name holds, each binding one more origin (recorded like an
     argument, so roles and origins follow it: the loop over ``loader`` iterates the loaders it
     picks from). Only names a loop of the same function iterates: what else a local stands for
-    (``model = self.model``) is the plan's (``plan._attribute_aliases``)."""
+    (``model = self.model``) is the plan's (``plan._attribute_aliases``). A local no binding of
+    which builds a value of its own in its scope is ``names_picked_by_locals``."""
     looped = {(loop.function, loop.iterated) for loop in a.r.loops if loop.iterated is not None}
+    picked: dict[tuple[ScopeKey, str], set[str]] = {}
+    builds: set[tuple[ScopeKey, str]] = set()
     for assign in a.r.assigns:
-        if len(assign.targets) != 1 or (assign.function, assign.targets[0]) not in looped:
-            continue
-        target, source = assign.targets[0], dotted(assign.value)
-        if source is None or source == target:
-            continue
-        owner = a.r.classes.get(assign.function)
-        if owner is not None:
-            instance = owner.self_names.get(assign.scope[1]) if len(assign.scope) > 1 else None
-            if instance is None or not source.startswith(instance + "."):
-                continue
-        elif "." in source:
-            continue
-        a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+        for target in assign.targets:
+            if (assign.function, target) in looped:
+                source = _picked_name(a, assign) if len(assign.targets) == 1 else None
+                if source is None:
+                    builds.add((assign.scope, target))
+                else:
+                    picked.setdefault((assign.scope, target), set()).add(source)
+                    a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+    for key, sources in picked.items():
+        if key not in builds:
+            a.facts.names_picked_by_locals[key] = sources
+
+
+def _picked_name(a: Analysis, assign: AssignRecord) -> str | None:
+    """The other name ``assign`` binds its one target to (``val_loader``; ``self.celeba_loader``
+    in a method, through the method's own instance), None where it builds a value."""
+    target, source = assign.targets[0], dotted(assign.value)
+    if source is None or source == target:
+        return None
+    owner = a.r.classes.get(assign.function)
+    if owner is not None:
+        instance = owner.self_names.get(assign.scope[1]) if len(assign.scope) > 1 else None
+        return source if instance is not None and source.startswith(instance + ".") else None
+    return None if "." in source else source
 
 
 def _unpacked_aliases(a: Analysis, assign: AssignRecord, instance: str | None) -> None:

@@ -34,6 +34,7 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.iteration import enumerate_start
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in
@@ -215,7 +216,7 @@ class _OwnBatchesWritten(RuleTransformer):
     def _original_index(self, node: cst.For, index: str, accelerator: cst.BaseExpression) -> cst.BaseExpression:
         """``i * accelerator.num_processes + accelerator.process_index``, shifted by the
         ``enumerate`` start when there is one (``(i - 1) * ... + 1``)."""
-        start = self._enumerate_start(node.iter)
+        start = enumerate_start(node.iter, self.builtin)
         if start is not None and not isinstance(start, (cst.Name, cst.Integer, cst.Attribute)):
             start = start.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # ``(i - (a + 1))``
         counted: cst.BaseExpression = cst.Name(index)
@@ -229,17 +230,6 @@ class _OwnBatchesWritten(RuleTransformer):
             cst.Attribute(accelerator, cst.Name("process_index")),
         )
         return dealt if start is None else cst.BinaryOperation(dealt, cst.Add(), start)
-
-    def _enumerate_start(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The start of the builtin ``enumerate`` among the calls ``expr`` wraps its iterable in
-        (``enumerate(loader, 1)``, ``start=1``); None when it counts from 0."""
-        while isinstance(expr, cst.Call) and expr.args:
-            if self.builtin(expr.func) == "enumerate":
-                given = [arg for arg in expr.args[1:] if arg.keyword is None or arg.keyword.value == "start"]
-                value = given[0].value if given else None
-                return None if isinstance(value, cst.Integer) and int(value.value) == 0 else value
-            expr = expr.args[0].value
-        return None
 
 
 def _index_rebound(node: cst.For, index: str) -> bool:

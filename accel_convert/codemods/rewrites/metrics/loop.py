@@ -6,7 +6,6 @@ one holds the order of the decisions and the reports that stop a gather."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import cast
 
@@ -15,7 +14,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated, iterated_name
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, nodes_in
+from accel_convert.codemods.engine.syntax import bound_by, expression_code, is_backward
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import grown_in
@@ -280,7 +279,9 @@ class EvalLoopRewriter(RuleTransformer):
             return False
         if (owner_name or function.name.value, name) in self.facts.loaders_unpacked_from_parameters:
             return False  # unpacked from the loader tuple it is handed, which its caller prepared
-        if name is not None and _only_holds_other_loaders(function, name, self.facts.loaders):
+        scope = (function.name.value,) if owner_name is None else (owner_name, function.name.value)
+        picked = self.facts.names_picked_by_locals.get((scope, name)) if name is not None else None
+        if picked and picked <= self.facts.loaders:
             return False  # ``loader = self.test_loader`` under ``if``/``else``: the loaders it picks
         where = self.facts.origins.site(function)
         return (
@@ -637,15 +638,3 @@ def _gather_what_is_counted(plan: GatherPlan, recomputed: list[Recomputed], unpa
             plan.gathered.append(cst.Name(tensor))
             plan.names.append(tensor)
             whole.add(tensor)
-
-
-def _only_holds_other_loaders(function: cst.FunctionDef, name: str, loaders: AbstractSet[str]) -> bool:
-    """Whether every assignment to ``name`` in ``function`` binds another of ``loaders`` by name
-    (StarGAN's ``data_loader = self.celeba_loader``): the loop iterates what they are, not a
-    loader the function builds."""
-    values = [
-        node.value
-        for node in nodes_in(function.body)
-        if isinstance(node, cst.Assign) and any(dotted(target.target) == name for target in node.targets)
-    ]
-    return bool(values) and all(dotted(value) in loaders and dotted(value) != name for value in values)
