@@ -71,18 +71,12 @@ def convert_module(
     # A script that distributes itself is only reported on, never rewritten.
     # And so is one whose model trains itself (see ``ScriptFacts.self_training_models``).
     # And so is one holding an ``Accelerator`` from a module the converter cannot see (ACC956).
-    # And so is one whose model is built and trained inside a top-level ``if`` other than the
-    # ``__main__`` guard (``if args.train:``) where no prepare can be placed for it: converted,
-    # its loaders would be sharded while the model trains unsynchronised on each process (ACC926
-    # says so), and a second conversion would prepare more than the first.
-    left_in_if = _models_left_in_top_level_if(module, facts)
     report_only = (
         bool(facts.existing_features & SELF_DISTRIBUTING)
         or bool(facts.self_training_models)
         or bool(unseen_accelerators(facts))
-        or bool(left_in_if)
     )
-    changes: list[Change] = [_left_as_written(facts, name) for name in left_in_if]
+    changes: list[Change] = []
     for rule_class in rewrite_rules():
         module, found = _rewrite(rule_class(), module, facts, options, report_only=report_only, tree_only=tree_only)
         changes.extend(found)
@@ -179,42 +173,3 @@ def _rewrite(
         # need them.
         reanchor(module, converted, facts.origins)
     return converted, found
-
-
-def _models_left_in_top_level_if(module: cst.Module, facts: ScriptFacts) -> list[str]:
-    """The models the plan cannot prepare (``models_left_unprepared``) bound inside a module-level
-    ``if`` that is not the ``__main__`` guard, the accelerator's home being the module's own code."""
-    from accel_convert.codemods.engine.syntax import is_main_guard
-    from accel_convert.codemods.model.plan import plan_of
-
-    plan = plan_of(facts)
-    if plan.home_kind != "module" or not plan.models_left_unprepared:
-        return []
-    blocks = [
-        site
-        for statement in module.body
-        if isinstance(statement, cst.If) and not is_main_guard(statement)
-        for site in (facts.origins.site(statement),)
-        if site is not None
-    ]
-    return [
-        name
-        for name in plan.models_left_unprepared
-        if any(
-            block.line <= bound.line <= block.end_line for bound in facts.assign_sites.get(name, ()) for block in blocks
-        )
-    ]
-
-
-def _left_as_written(facts: ScriptFacts, model: str) -> Change:
-    """The finding (ACC926, the prepare rule's code) at the model of such a script."""
-    from accel_convert.codemods.engine.findings import report_at
-    from accel_convert.codemods.rewrites.prepare import UNPREPARED_MODEL
-
-    return report_at(
-        facts.assign_sites[model][0],
-        UNPREPARED_MODEL,
-        f'{model} is built and trained inside a top-level `if` other than `if __name__ == "__main__":`, where no '
-        "prepare call can be placed for it: the script is left as it is (move the training into a function or under "
-        "the `__main__` guard, then convert again)",
-    )

@@ -630,3 +630,24 @@ MODULE_OWN_ATTRIBUTES = MODULE_HOUSEKEEPING_METHODS | {
     "no_sync",
     "__class__",
 }
+
+
+#: Methods of the accelerator every process calls together (each waits for the others, or the
+#: objects they return do): code calling one cannot run on the main process alone.
+COLLECTIVE_ACCELERATOR_METHODS = frozenset(
+    {
+        "prepare",
+        "backward",
+        "gather",
+        "gather_for_metrics",
+        "reduce",
+        "pad_across_processes",
+        "wait_for_everyone",
+        "clip_grad_norm_",
+        "save_state",
+        "load_state",
+        "join_uneven_inputs",
+        "accumulate",
+        "no_sync",
+    }
+)

@@ -36,7 +36,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import construction
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
-from accel_convert.codemods.engine.iteration import enumerate_index
+from accel_convert.codemods.engine.iteration import enumerate_index, iterated_name
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey
 from accel_convert.codemods.engine.positions import POSITIONED_TYPES
@@ -45,6 +45,7 @@ from accel_convert.codemods.engine.syntax import (
     calls_in,
     class_methods,
     dotted,
+    is_backward,
     names_in,
     nodes_in,
     parameter_filled,
@@ -55,6 +56,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
     COLLECTING_METHODS,
+    COLLECTIVE_ACCELERATOR_METHODS,
     ENDLESS_COUNTERS,
     LIBRARY_OS_ERRORS,
     MEAN_LOSSES,
@@ -150,6 +152,33 @@ def _parameters_given(a: Analysis, paths: set[str]) -> set[str]:
             if len(filled) == len(sites) and all(dotted(value) in paths for value in filled):
                 given.add(param)
     return given
+
+
+def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+    """Whether ``node`` holds code the processes run together, so that it cannot run on the main
+    process alone (the others would wait for it at their next collective, or it for them): a loop
+    over a loader (prepared, each process reads its share), a model's forward (a prepared one
+    synchronises), a backward, a collective method of the accelerator (``gather_for_metrics``,
+    ``wait_for_everyone``), or a call of a function of the script that loops over a loader or
+    runs a backward."""
+    accelerator = facts.existing_accelerator or facts.accelerator_name
+    looping = {loop.function for loop in (*facts.train_loops, *facts.eval_loops)} | set(facts.backward_functions)
+    working = callers_closure(looping - {MODULE}, facts.call_graph)
+    for inner in nodes_in(node):
+        if type(inner) is cst.For and iterated_name(inner.iter, through_any_call=True) in facts.loaders:
+            return True
+        if type(inner) is not cst.Call:
+            continue
+        func = inner.func
+        if is_backward(inner) or dotted(func) in facts.models or (isinstance(func, cst.Name) and func.value in working):
+            return True
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in COLLECTIVE_ACCELERATOR_METHODS
+            and (dotted(func.value) or "").rpartition(".")[2] == accelerator
+        ):
+            return True
+    return False
 
 
 def statement_downloads(statement: cst.BaseStatement, facts: ScriptFacts, accelerator: str | None = None) -> bool:

@@ -44,7 +44,7 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -761,7 +761,7 @@ class _Handing:
         bound: dict[str, list[int]] = {}
         found: dict[int, tuple[str, ...]] = {}
         after: dict[int, tuple[str, ...]] = {}
-        for node in statements:
+        for node in self._opened(statements):
             handed = (self._handed(node) & set(bound)) - prepared
             if handed:
                 found[self.a.site(node).line] = tuple(sorted(handed, key=lambda name: (name in facts.optimizers, name)))
@@ -788,6 +788,42 @@ class _Handing:
                 if isinstance(node, cst.SimpleStatementLine):
                     prepared -= assigned - again
         return found, after
+
+    def _opened(self, statements: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseStatement]:
+        """``statements``, a branch or ``with`` block that both binds a model and trains it read
+        as its own statements (``if args.train:`` building and training the model): its prepare
+        goes inside, after the binding, as in the block itself."""
+        for node in statements:
+            inner = self._binding_and_training_body(node)
+            if inner is None:
+                yield node
+            else:
+                yield from self._opened(inner)
+
+    def _binding_and_training_body(self, node: cst.BaseStatement) -> Sequence[cst.BaseStatement] | None:
+        """The one body of ``node`` (an ``if``'s branch, a ``with`` block) that binds a model to
+        prepare and holds a line where training starts; None for any other statement, or where
+        both of an ``if``'s branches do."""
+        if isinstance(node, cst.If):
+            orelse = node.orelse.body if isinstance(node.orelse, cst.Else) else None
+            bodies = [node.body, *([orelse] if orelse is not None else [])]
+        elif isinstance(node, cst.With):
+            bodies = [node.body]
+        else:
+            return None
+        qualifying = [
+            body.body
+            for body in bodies
+            if isinstance(body, cst.IndentedBlock) and body.body and self._binds_and_trains(body.body)
+        ]
+        return qualifying[0] if len(qualifying) == 1 else None
+
+    def _binds_and_trains(self, statements: Sequence[cst.BaseStatement]) -> bool:
+        """Whether ``statements`` bind a model to prepare and hold a line where training starts."""
+        first, last = self.a.site(statements[0]).line, self.a.site(statements[-1]).end_line
+        models = self.wanted & self.a.facts.models
+        binds = any(first <= where.line <= last for name in models for where in self.a.facts.assign_sites.get(name, ()))
+        return binds and any(first <= line <= last for line in self.training_lines)
 
     def _in_order(self, names: AbstractSet[str]) -> tuple[str, ...]:
         """``names`` for one ``prepare``: models first, then optimizers, then the rest."""

@@ -358,6 +358,10 @@ class _Prepare(HomeBlockTransformer):
         for node in statements:
             site = self.origins.site(node)
             names = list(lines.get(site.line, ())) if site is not None else []
+            if not names and site is not None and any(site.line < line <= site.end_line for line in lines):
+                # The plan reads a branch or ``with`` block binding and training a model as the
+                # block's own statements: its prepare goes inside.
+                node = self._prepared_inside(node, lines, indent, after=after)
             if after:
                 result.append(node)
             if names:
@@ -367,6 +371,23 @@ class _Prepare(HomeBlockTransformer):
             if not after:
                 result.append(node)
         return result
+
+    def _prepared_inside(
+        self, node: cst.BaseStatement, lines: Mapping[int, tuple[str, ...]], indent: str, *, after: bool
+    ) -> cst.BaseStatement:
+        """An ``if`` or ``with`` statement with :meth:`_prepare_at` done in its bodies."""
+        if not isinstance(node, (cst.If, cst.With)) or not isinstance(node.body, cst.IndentedBlock):
+            return node
+        original = node
+        inner = self._prepare_at(list(node.body.body), lines, indent + "    ", after=after)
+        node = node.with_changes(body=node.body.with_changes(body=inner))
+        orelse = node.orelse if isinstance(node, cst.If) else None
+        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+            inner = self._prepare_at(list(orelse.body.body), lines, indent + "    ", after=after)
+            node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
+        if self.origins is not None:
+            self.origins.carry(original, node)  # later rules find its loops by their original lines
+        return node
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
         """The plan's first and last statements of ``block`` binding each object before its

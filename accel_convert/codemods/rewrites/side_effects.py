@@ -59,6 +59,7 @@ from accel_convert.codemods.engine.accelerator_code import (
     name_words,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
@@ -85,7 +86,7 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.file_flow import file_logger_class
 from accel_convert.codemods.model.home import reached_library
-from accel_convert.codemods.model.locality import locality, locality_of, tests_main_process
+from accel_convert.codemods.model.locality import holds_work_of_every_rank, locality, locality_of, tests_main_process
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
@@ -626,6 +627,69 @@ class SideEffectsCodemod(Rule):
             leaves_alone=True,
         ),
         Example(
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+                    loader = DataLoader(data, batch_size=8)
+                    model = nn.Linear(8, 2)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.cross_entropy(model(x), y).backward()
+                        optimizer.step()
+                    test_loader = DataLoader(data, batch_size=8)
+                    with open("predictions.txt", "w") as out, torch.no_grad():
+                        for x, y in test_loader:
+                            output = model(x)
+                            for label in output.argmax(1).tolist():
+                                out.write(f"{label}\n")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after=r"""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+                    loader = DataLoader(data, batch_size=8)
+                    model = nn.Linear(8, 2)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                        optimizer.step()
+                    test_loader = DataLoader(data, batch_size=8)
+                    test_loader = accelerator.prepare(test_loader)
+                    with open("predictions.txt" if accelerator.is_main_process else os.devnull, "w") as out, torch.no_grad():
+                        for x, y in test_loader:
+                            output = model(x)
+                            output = accelerator.gather_for_metrics(output)
+                            for label in output.argmax(1).tolist():
+                                out.write(f"{label}\n")
+                    accelerator.wait_for_everyone()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
             before="""
                 import matplotlib.pyplot as plt
                 import torch
@@ -677,6 +741,10 @@ class SideEffectsCodemod(Rule):
         lines = facts.lines_mentioning(words) | {line for line, _ in facts.loggers_built_in_calls}
         rewriter = _MainProcessGuard(facts, lines, _trackers_read(module, facts))
         new_module = module.visit(rewriter)
+        if rewriter.devnull_used and not imports_module(new_module, "os"):
+            new_module = add_import(
+                new_module, cast(cst.SimpleStatementLine, cst.parse_statement("import os")), options.import_style
+            )
         return new_module, rewriter.changes(module)
 
 
@@ -701,6 +769,10 @@ class _MainProcessGuard(RuleTransformer):
         #: constructions made so here.
         self._kept_by_loggers: dict[str, list[tuple[cst.CSTNode, str]]] = {}
         self._loggers_on_main_process: dict[str, int] = {}
+        #: Per enclosing ``with``: whether it opens its file on the main process alone.
+        self._opened_on_main_process: list[bool] = []
+        #: Whether a file was opened so (the module needs ``import os``).
+        self.devnull_used = False
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
@@ -724,6 +796,61 @@ class _MainProcessGuard(RuleTransformer):
         if tests_main_process(original_node.test, self.accelerator):
             self._guarded_depth -= 1
         return updated_node
+
+    def visit_With(self, node: cst.With) -> None:
+        self._opened_on_main_process.append(self._opens_for_every_rank(node))
+
+    def leave_With(
+        self, original_node: cst.With, updated_node: cst.With
+    ) -> cst.With | cst.FlattenSentinel[cst.BaseStatement]:
+        """``with open(path, "w") as out:`` around code the processes run together (an evaluation
+        loop writing its predictions): the block stays on every rank and the file is opened on
+        the main process alone, the others writing to ``os.devnull`` (guarded, the others would
+        wait at the block's first collective; left, every rank would truncate and write the file).
+        The processes wait for each other after it, as after a guarded write: one may read the
+        file next."""
+        if not self._opened_on_main_process.pop():
+            return updated_node
+        items = [
+            item.with_changes(item=self._opened_where_main(item.item)) if self._opens_on_every_rank(item.item) else item
+            for item in updated_node.items
+        ]
+        self.findings.add(
+            original_node,
+            SideEffectsCodemod.code,
+            "file opened for writing on the main process only (os.devnull on the others): the block runs on every rank",
+            True,
+        )
+        self.devnull_used = True
+        barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
+        return cst.FlattenSentinel([updated_node.with_changes(items=items), barrier])
+
+    def _opens_for_every_rank(self, node: cst.With) -> bool:
+        """Whether ``node`` opens a file for writing around work the processes do together, where
+        the accelerator is and every rank reaches it."""
+        return (
+            not self._guarded_depth
+            and any(self._opens_on_every_rank(item.item) for item in node.items)
+            and self.accelerator_reachable()
+            and self.every_rank_reaches_here()
+            and holds_work_of_every_rank(node, self.facts)
+        )
+
+    def _opens_on_every_rank(self, call: cst.BaseExpression) -> bool:
+        """``open(path, "w")``, not ``open(path if <main process> else os.devnull, "w")`` (a
+        converted script)."""
+        if not self.facts.opens_for_writing(call, self.scope):
+            return False
+        path = cast(cst.Call, call).args[0].value if cast(cst.Call, call).args else None
+        return not (isinstance(path, cst.IfExp) and tests_main_process(path.test, self.accelerator))
+
+    def _opened_where_main(self, call: cst.BaseExpression) -> cst.BaseExpression:
+        """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``."""
+        assert isinstance(call, cst.Call)
+        first = call.args[0]
+        devnull = cst.Attribute(cst.Name("os"), cst.Name("devnull"))
+        where = cst.IfExp(test=self._main_process(), body=first.value, orelse=devnull)
+        return call.with_changes(args=[first.with_changes(value=where), *call.args[1:]])
 
     def leaving_node(self, original_node, updated_node):
         result = super().leaving_node(original_node, updated_node)
@@ -1158,7 +1285,12 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[s
         paths = locality_of(facts).per_process_paths
         if paths and any(names_in(item.item) & paths for item in statement.items):
             return None
-        return "write" if any(facts.opens_for_writing(i.item, scope) for i in statement.items) else None
+        if not any(facts.opens_for_writing(item.item, scope) for item in statement.items):
+            return None
+        # A block the processes run together (an evaluation writing its predictions) cannot go
+        # under the main-process guard: :meth:`_MainProcessGuard.leave_With` opens the file on
+        # the main process alone instead.
+        return None if holds_work_of_every_rank(statement, facts) else "write"
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
         # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
         # pass``, ``for f in glob(...): os.remove(f)``: the whole statement is the write, so the
