@@ -189,6 +189,26 @@ def test_a_file_written_in_a_helper_class_method_is_reported_where_its_instance_
     assert reports == [("ACC916", 12)]
 
 
+def test_a_helper_class_logging_in_init_and_giving_values_back_is_built_on_every_rank() -> None:
+    """A class whose ``__init__`` opens a file for writing (``log = open(path, "a")``) and that
+    gives values back from a method (deep-text-recognition's ``Batch_Balanced_Dataset`` hands out
+    batches from ``get_batch()``) is no file logger: built on the main process only, the other
+    ranks would fail at their first ``get_batch()``. Every rank builds it, and the write, where no
+    accelerator reaches it, is reported."""
+    logging = ANIMATOR.replace(
+        "    def __init__(self, path):\n        self.path = path\n",
+        '    def __init__(self, path):\n        self.path = path\n        log = open(path, "a")\n'
+        '        log.write("start")\n        log.close()\n',
+    )
+    logging = logging.replace('            f.write(f"{x} {y}")\n', '            f.write(f"{x} {y}")\n        return y\n')
+    assert logging.count("return y") == 1 and 'log = open(path, "a")' in logging
+    outcome = convert_module(cst.parse_module(logging), Options())
+    output = outcome.module.code
+    assert '    animator = Animator("animator.txt")\n' in output
+    assert "is_main_process else None" not in output
+    assert ("ACC916", 10) in [(c.code, c.line) for c in outcome.changes]
+
+
 TRACKER_CASES = [
     pytest.param(
         """

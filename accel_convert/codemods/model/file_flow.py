@@ -327,10 +327,12 @@ def file_loggers(a: Analysis) -> None:
     process only, None on the others, and its method calls run there), so it joins ``trackers``.
     So does the parameter an instance built right in a call fills (``train(model,
     CSVLogger("log.csv"))``: ``log`` of ``def train(model, log)``, or of a class's ``__init__``)."""
+    kept = _kept_on_every_rank(a)
     for assign in a.r.assigns:
         if len(assign.scope) > 1 and assign.scope[0] in a.r.classes and a.facts.opens_for_writing(assign.value):
-            a.facts.file_logger_classes.add(assign.scope[0])
-    a.facts.file_logger_classes |= _reopening_loggers(a)
+            if assign.scope[0] not in kept:
+                a.facts.file_logger_classes.add(assign.scope[0])
+    a.facts.file_logger_classes |= _reopening_loggers(a, kept)
     for assign in a.r.assigns:
         value = assign.value
         if isinstance(value, cst.Call) and file_logger_class(a.facts, value.func, assign.scope) is not None:
@@ -342,11 +344,25 @@ def file_loggers(a: Analysis) -> None:
         a.facts.trackers.update(a.seeds.logger_parameters)
 
 
-def _reopening_loggers(a: Analysis) -> set[str]:
+def _kept_on_every_rank(a: Analysis) -> set[str]:
+    """The module's classes whose instances every rank needs whatever files they write: one with
+    a method returning a value (deep-text-recognition's ``Batch_Balanced_Dataset`` logs its
+    datasets to a file in ``__init__`` and hands out batches from ``get_batch()``: None on the
+    other ranks, they would fail at the first batch), or one that steps an optimizer or calls
+    ``backward`` (a training class's own log file)."""
+    returning = {scope[0] for scope, value in a.r.method_returns if not _is_none(value)}
+    training = {
+        call.scope[0]
+        for call in a.r.calls
+        if call.scope and isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in _TRAINING_METHODS
+    }
+    return returning | training
+
+
+def _reopening_loggers(a: Analysis, kept: set[str]) -> set[str]:
     """Classes deriving from nothing but ``object`` whose methods open a file for writing each
     time they run (``with open(self.path, "a") as f: f.write(row)``) and do nothing else worth
-    keeping on every rank: no method returns a value (nothing reads what an instance gives
-    back) and none steps an optimizer or calls ``backward`` (a training class's own log file)."""
+    keeping on every rank (none of ``kept``, see :func:`_kept_on_every_rank`)."""
     opening = {
         call.scope[0]
         for call in a.r.calls
@@ -354,16 +370,10 @@ def _reopening_loggers(a: Analysis) -> set[str]:
     }
     if not opening:
         return set()
-    returning = {scope[0] for scope, value in a.r.method_returns if not _is_none(value)}
-    training = {
-        call.scope[0]
-        for call in a.r.calls
-        if call.scope and isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in _TRAINING_METHODS
-    }
     builtin = builtins_at(a.r.names, ())
     return {
         name
-        for name in opening - returning - training
+        for name in opening - kept
         if all(builtin(base.value) == "object" and base.keyword is None for base in a.r.classes[name].node.bases)
     }
 

@@ -159,11 +159,13 @@ def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     process alone (the others would wait for it at their next collective, or it for them): a loop
     over a loader (prepared, each process reads its share), a model's forward (a prepared one
     synchronises), a backward, a collective method of the accelerator (``gather_for_metrics``,
-    ``wait_for_everyone``), or a call of a function of the script that loops over a loader or
-    runs a backward."""
+    ``wait_for_everyone``), a call of a function of the script that loops over a loader or runs a
+    backward, or a call (not of a builtin) handed a model or a loader (another module's
+    ``validation(model, criterion, valid_loader)``)."""
     accelerator = facts.existing_accelerator or facts.accelerator_name
     looping = {loop.function for loop in (*facts.train_loops, *facts.eval_loops)} | set(facts.backward_functions)
     working = callers_closure(looping - {MODULE}, facts.call_graph)
+    handed = facts.models | facts.loaders
     for inner in nodes_in(node):
         if type(inner) is cst.For and iterated_name(inner.iter, through_any_call=True) in facts.loaders:
             return True
@@ -172,12 +174,12 @@ def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
         func = inner.func
         if is_backward(inner) or dotted(func) in facts.models or (isinstance(func, cst.Name) and func.value in working):
             return True
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value in COLLECTIVE_ACCELERATOR_METHODS
-            and (dotted(func.value) or "").rpartition(".")[2] == accelerator
-        ):
-            return True
+        if isinstance(func, cst.Attribute) and (dotted(func.value) or "").rpartition(".")[2] == accelerator:
+            if func.attr.value in COLLECTIVE_ACCELERATOR_METHODS:
+                return True
+            continue
+        if facts.builtin(func) is None and any(dotted(arg.value) in handed for arg in inner.args):
+            return True  # ``validation(model, criterion, valid_loader)`` of another module
     return False
 
 
