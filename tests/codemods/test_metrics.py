@@ -210,6 +210,53 @@ CASES = [
         """,
         id="range-of-batch-size-over-the-gathered-rows",
     ),
+    pytest.param(
+        """
+        def test(model, test_loader, accelerator):
+            length_of_data = correct = 0
+            model.eval()
+            for x, y in test_loader:
+                length_of_data = length_of_data + x.size(0)
+                out = model(x)
+                correct = correct + (out.argmax(1) == y).sum().item()
+        """,
+        """
+        def test(model, test_loader, accelerator):
+            length_of_data = correct = 0
+            model.eval()
+            for x, y in test_loader:
+                out = model(x)
+                out, y, x = accelerator.gather_for_metrics((out, y, x))
+                length_of_data = length_of_data + x.size(0)
+                correct = correct + (out.argmax(1) == y).sum().item()
+        """,
+        id="row-count-summed-written-out-before-the-forward",
+    ),
+    pytest.param(
+        """
+        def test(model, test_loader, accelerator):
+            length_of_data = correct = 0
+            model.eval()
+            for x, y in test_loader:
+                batch_size = x.size(0)
+                length_of_data += batch_size
+                out = model(x)
+                correct += (out.argmax(1) == y).sum().item()
+        """,
+        """
+        def test(model, test_loader, accelerator):
+            length_of_data = correct = 0
+            model.eval()
+            for x, y in test_loader:
+                batch_size = x.size(0)
+                out = model(x)
+                out, y, x = accelerator.gather_for_metrics((out, y, x))
+                batch_size = x.size(0)
+                length_of_data += batch_size
+                correct += (out.argmax(1) == y).sum().item()
+        """,
+        id="size-bound-from-the-batch-summed-before-the-forward",
+    ),
 ]
 
 

@@ -200,7 +200,9 @@ def test_a_helper_class_logging_in_init_and_giving_values_back_is_built_on_every
         '    def __init__(self, path):\n        self.path = path\n        log = open(path, "a")\n'
         '        log.write("start")\n        log.close()\n',
     )
-    logging = logging.replace('            f.write(f"{x} {y}")\n', '            f.write(f"{x} {y}")\n        return y\n')
+    logging = logging.replace(
+        '            f.write(f"{x} {y}")\n', '            f.write(f"{x} {y}")\n        return y\n'
+    )
     assert logging.count("return y") == 1 and 'log = open(path, "a")' in logging
     outcome = convert_module(cst.parse_module(logging), Options())
     output = outcome.module.code

@@ -83,8 +83,11 @@ def test_under_the_main_guard_it_converts_as_before() -> None:
 
 def test_a_model_built_in_one_branch_and_trained_after_it_is_not_prepared_inside() -> None:
     # Trained below the ``if``, not inside it: nothing of the branch is read as the block's own.
-    source = HEADER + ARGS + textwrap.dedent(
-        """\
+    source = (
+        HEADER
+        + ARGS
+        + textwrap.dedent(
+            """\
         model = nn.Linear(8, 2)
         if args.train:
             model = nn.Linear(8, 2)
@@ -95,6 +98,7 @@ def test_a_model_built_in_one_branch_and_trained_after_it_is_not_prepared_inside
             nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
         """
+        )
     )
     text = convert_source(source.encode(), Options(), path="train.py").output.decode()
     assert "    model = accelerator.prepare(model)\n" not in text

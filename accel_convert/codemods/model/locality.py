@@ -370,10 +370,36 @@ def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpressi
 def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
     """``total += value``: a running sum, which in a loop over this process's shard adds up its
     batches only (and after a gather, every process's); None for anything else. The one reading
-    of a running sum: the metrics, loader-dict and ACC919 rules ask it."""
+    of a running sum: the metrics, loader-dict and ACC919 rules ask it. Written out (``total =
+    total + value``, deep-text-recognition's ``length_of_data = length_of_data + batch_size``)
+    it is read as the ``+=`` it means."""
     if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
         return node
-    return None
+    return written_out_sum(node)
+
+
+def written_out_sum(node: cst.CSTNode) -> cst.AugAssign | None:
+    """``total = total + value`` (or ``value + total``) as ``total += value``; None for anything
+    else."""
+    if not (
+        isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.value, cst.BinaryOperation)
+        and isinstance(node.value.operator, cst.Add)
+    ):
+        return None
+    target = node.targets[0].target
+    name = dotted(target)
+    left, right = node.value.left, node.value.right
+    if name is None:
+        return None
+    if dotted(left) == name:
+        value = right
+    elif dotted(right) == name:
+        value = left
+    else:
+        return None
+    return cst.AugAssign(target=target, operator=cst.AddAssign(), value=value)
 
 
 def rows_added(node: cst.CSTNode, builtin: BuiltinOf) -> str | None:
@@ -385,9 +411,12 @@ def rows_added(node: cst.CSTNode, builtin: BuiltinOf) -> str | None:
 
 
 def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
-    """The augmented assignments in a loop's ``body`` (``total += ...``, ``n -= 1``): what it
-    grows batch by batch, which in a loop over this process's shard is this process's share."""
-    return [node for node in nodes_in(body) if isinstance(node, cst.AugAssign)]
+    """The augmented assignments in a loop's ``body`` (``total += ...``, ``n -= 1``, and ``total =
+    total + ...`` as ``+=``): what it grows batch by batch, which in a loop over this process's
+    shard is this process's share."""
+    return [
+        grown for node in nodes_in(body) if (grown := node if type(node) is cst.AugAssign else written_out_sum(node))
+    ]
 
 
 def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:

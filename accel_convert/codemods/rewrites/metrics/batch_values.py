@@ -104,7 +104,7 @@ def unpacked_from(
     found = Unpacked()
     known = set(batch)
     for statement in _lines_before(statements, forward):
-        counted = _rows_summed(statement, known, builtin)
+        counted = _rows_summed(statement, known, builtin) or _recomputed_summed(statement, found)
         # Only a line of the loop's own body is moved after the gather (not one inside an ``if``).
         if counted is not None and any(statement is own for own in statements):
             found.summed_counts[id(statement)] = (statement, counted)
@@ -134,6 +134,21 @@ def _rows_summed(statement: cst.SimpleStatementLine, known: set[str], builtin: B
     if len(statement.body) == 1 and first is not None and isinstance(first.target, cst.Name) and counted in known:
         return counted
     return None
+
+
+def _recomputed_summed(statement: cst.SimpleStatementLine, found: Unpacked) -> str | None:
+    """A batch tensor behind ``total += b_size`` (``total = total + b_size``), ``b_size`` a value
+    computed again from the batch after the gather (``b_size = x.size(0)`` above it:
+    deep-text-recognition's ``length_of_data = length_of_data + batch_size``); None for any other
+    line."""
+    summed = adds_up(statement.body[0]) if len(statement.body) == 1 else None
+    if summed is None or not isinstance(summed.target, cst.Name):
+        return None
+    reads = variables_read(summed.value)
+    if not reads or not reads <= set(found.recomputed):
+        return None
+    tensors = sorted(tensor for name in reads for tensor in found.recomputed[name][1])
+    return tensors[0] if tensors else None
 
 
 def _assigned_pairs(small: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:

@@ -376,7 +376,8 @@ class EvalLoopRewriter(RuleTransformer):
         batch = (*batch, *unpacked.tensors)
         after = statements_after(statements, statement)
         plan = plan_gather(outputs, batch, after, lambda: self._taken_names)
-        read_after = variables_read(*after)
+        # A sum moved below the gather (``total += b_size``) reads the values computed again there.
+        read_after = variables_read(*after, *(line for line, _ in unpacked.summed_counts.values()))
         lists = per_sample_lists(original, statements, batch, self._zipped_loaders, self.builtin)
         if self._python_values_reported(original, statement, unpacked, plan, read_after, lists):
             return None
