@@ -398,11 +398,15 @@ def test_averages_batch() -> None:
         ("total += loss.item()", "total", None),
         ("steps += 1", "steps", "steps"),
         ("total -= loss.item()", None, None),  # no running sum
-        ("total = total + loss.item()", None, None),
+        ("total = total + loss.item()", "total", None),  # written out: the += it means
+        ("total = loss.item() + total", "total", None),
+        ("total = other + loss.item()", None, None),
+        ("total = total * 2", None, None),
     ],
 )
 def test_adds_up(text: str, summed: str | None, by_one: str | None) -> None:
-    """The one reading of a running sum (``+=``), and of a counter of loop iterations."""
+    """The one reading of a running sum (``+=``, or written out), and of a counter of loop
+    iterations."""
     statement = cst.parse_statement(text)
     assert isinstance(statement, cst.SimpleStatementLine)
     node = statement.body[0]
