@@ -54,6 +54,7 @@ from accel_convert.codemods.model.state import Analysis
         "arguments",
         "loader_classes",
         "loader_factories",
+        "bundle_attributes",
     ),
     provides=(
         "home_kind",
@@ -83,6 +84,9 @@ def home(a: Analysis) -> None:
         _library_training_functions(a)
     else:
         _home_block(a)
+        # A bundle's attributes handed on outside its class are prepared where its instance is
+        # bound (the plan's ``bundled``): held prepared from there on, as a training class's.
+        a.facts.prepared_attributes |= set(a.bundle_attributes)
 
 
 def _home_block(a: Analysis) -> None:
@@ -101,7 +105,7 @@ def _home_block(a: Analysis) -> None:
         home, in_guard = _home_of_training_functions(a)
     if home is None:
         home = _home_by_what_it_binds(a)
-    _settle_home(a, _block_that_can_hold_it(a, home), in_guard)
+    _settle_home(a, *_block_that_can_hold_it(a, home, in_guard))
     savers = classes_saving_handed_models(a)
     a.facts.training_classes.update(savers)
     a.facts.accessible_functions |= a.reachable(set(savers))
@@ -201,22 +205,26 @@ def _binds_loaders_to_use(a: Analysis, assign: AssignRecord) -> bool:
     return bool(set(assign.targets) & a.facts.loaders)
 
 
-def _block_that_can_hold_it(a: Analysis, home: str) -> str:
+def _block_that_can_hold_it(a: Analysis, home: str, in_guard: bool) -> tuple[str, bool]:
     """``home``, unless it is a class that cannot be given the accelerator (no ``__init__``, never
-    constructed here): then the block using the class, and the methods' calls are reported
-    (ACC904) rather than rewritten."""
+    constructed here): then the block using the class (and whether that is the ``__main__``
+    block: a training bundle built there, ``exp = Experiment()``), and the methods' calls are
+    reported (ACC904) rather than rewritten."""
     if home == MODULE or home in a.r.defs:
-        return home
-    return next(
+        return home, in_guard
+    call = next(
         (
-            call.function
+            call
             for call in a.r.calls
             if isinstance(call.node.func, cst.Name)
             and call.node.func.value == home
             and (call.function in a.r.defs or call.function == MODULE)
         ),
-        MODULE,
+        None,
     )
+    if call is None:
+        return MODULE, in_guard
+    return call.function, in_guard or (call.function == MODULE and call.in_main_guard)
 
 
 def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:

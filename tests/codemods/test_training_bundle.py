@@ -1,0 +1,156 @@
+"""A training bundle used from outside its class: ``Experiment.__init__`` builds the model, the
+optimizer and the loaders as attributes, and the block building it (``main()``, the ``__main__``
+block, plain module code) hands them to module-level ``train()``/``evaluate()`` functions
+(``train(exp.model, exp.train_loader, exp.optimizer)``). The conversion plan prepares the
+bundle's attributes in that block right after the instance is bound (``plan.bundled``); the
+evaluation over the prepared test loader is gathered, the save unwrapped, and the name-flow guard
+leaves nothing out. Before, nothing was prepared: every process trained on every batch,
+unsynchronised, and each printed its own accuracy."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from accel_convert.codemods import Options
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.model.plan import plan_of
+from accel_convert.converter.pipeline import convert_source
+
+DEFINITIONS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Experiment:
+    def __init__(self, lr):
+        self.model = nn.Linear(8, 3)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+        self.test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+
+
+def train(model, loader, optimizer):
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(dim=1) == y).sum().item()
+    return correct
+
+
+"""
+
+USE = """\
+exp = Experiment(0.1)
+train(exp.model, exp.train_loader, exp.optimizer)
+print(evaluate(exp.model, exp.test_loader))
+torch.save(exp.model.state_dict(), "bundle.pt")
+"""
+
+PREPARE = (
+    "exp.model, exp.optimizer, exp.train_loader, exp.test_loader = accelerator.prepare(\n"
+    "{indent}    exp.model, exp.optimizer, exp.train_loader, exp.test_loader\n"
+    "{indent})"
+)
+
+SHAPES = {
+    "function": DEFINITIONS
+    + "def main():\n"
+    + textwrap.indent(USE, "    ")
+    + '\n\nif __name__ == "__main__":\n    main()\n',
+    "main_block": DEFINITIONS + 'if __name__ == "__main__":\n' + textwrap.indent(USE, "    "),
+    "module": DEFINITIONS + USE,
+}
+
+
+def _converted(source: str) -> tuple[str, list[str]]:
+    result = convert_source(source.encode(), Options(), path="train.py")
+    return result.output.decode(), [change.code for change in result.changes]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_bundle_is_prepared_right_after_it_is_built(shape: str) -> None:
+    text, codes = _converted(SHAPES[shape])
+    indent = "" if shape == "module" else "    "
+    lines = text.splitlines()
+    built = lines.index(f"{indent}exp = Experiment(0.1)")
+    assert "\n".join(lines[built + 1 : built + 4]) == indent + PREPARE.format(indent=indent)
+    # The accelerator exists where the bundle is built: in ``main()``, in the ``__main__`` block.
+    assert lines.index(f"{indent}accelerator = Accelerator()") < built
+    assert "ACC937" not in codes  # the name-flow guard left no rewrite out
+    assert "ACC904" not in codes
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_evaluation_is_gathered_and_the_save_unwrapped(shape: str) -> None:
+    text, _ = _converted(SHAPES[shape])
+    assert "accelerator.gather_for_metrics(" in text
+    assert 'accelerator.save(accelerator.unwrap_model(exp.model).state_dict(), "bundle.pt")' in text
+    assert "accelerator.backward(" in text
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_second_conversion_changes_nothing(shape: str) -> None:
+    text, _ = _converted(SHAPES[shape])
+    assert _converted(text)[0] == text
+
+
+def test_the_plan_prepares_the_attributes_where_the_instance_is_bound() -> None:
+    source = SHAPES["function"]
+    plan = plan_of(analyse(cst.parse_module(source), source))
+    attributes = ("exp.model", "exp.optimizer", "exp.train_loader", "exp.test_loader")
+    assert dict(plan.bundled) == dict.fromkeys(attributes, "exp")
+    assert plan.preparations["main"] == attributes
+    line = source.splitlines().index("    exp = Experiment(0.1)") + 1
+    assert dict(plan.built_before_training["main"]) == dict.fromkeys(attributes, (line, line))
+    assert plan.creating_scope == "main"
+
+
+def test_the_bundle_in_the_main_block_makes_it_the_home() -> None:
+    source = SHAPES["main_block"]
+    plan = plan_of(analyse(cst.parse_module(source), source))
+    assert plan.home_kind == "main_guard"
+    assert plan.preparations["<module>"] == ("exp.model", "exp.optimizer", "exp.train_loader", "exp.test_loader")
+
+
+def test_a_class_training_what_it_holds_is_no_bundle() -> None:
+    """A class whose own method trains its attributes is a training class: it prepares them in
+    its ``__init__``, as before; nothing is prepared outside it."""
+    source = DEFINITIONS.replace(
+        "        self.test_loader = DataLoader(",
+        "        self.epochs = 1\n        self.test_loader = DataLoader(",
+    ) + textwrap.dedent(
+        """\
+        class Runner(Experiment):
+            pass
+
+
+        def main():
+            exp = Experiment(0.1)
+            exp.fit()
+            train(exp.model, exp.train_loader, exp.optimizer)
+        """
+    )
+    source = source.replace(
+        "\n\ndef train(",
+        "\n\n    def fit(self):\n        train(self.model, self.train_loader, self.optimizer)\n\n\ndef train(",
+        1,
+    )
+    plan = plan_of(analyse(cst.parse_module(source), source))
+    assert not plan.bundled
+    text, _ = _converted(source)
+    assert "exp.model, exp.optimizer" not in text
+    assert "self.accelerator.prepare(" in text
