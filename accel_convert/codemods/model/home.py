@@ -3,6 +3,8 @@ which functions reach it."""
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed, holds_device
@@ -195,14 +197,20 @@ def _binds_loaders_to_use(a: Analysis, assign: AssignRecord) -> bool:
     """Whether ``assign`` binds loaders for its block to train or evaluate over: a loader's name
     or what a loader factory of the file returns (``loaders = get_loaders(...)``, a dict of them
     too), outside the loader factories themselves (``get_loaders()`` binds the loaders it
-    returns to the block calling it, where training starts)."""
+    returns to the block calling it, where training starts), or a training bundle holding them
+    (``exp = Experiment()``, its attributes handed on: the plan prepares them there)."""
     factories = a.loader_factories.keys() | a.loader_dict_factories.keys()
     if assign.function in factories:
         return False
     value = assign.value
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
         return True
-    return bool(set(assign.targets) & a.facts.loaders)
+    return bool(set(assign.targets) & (a.facts.loaders | _bundles_holding(a, a.facts.loaders)))
+
+
+def _bundles_holding(a: Analysis, names: AbstractSet[str]) -> set[str]:
+    """The training bundles' instances (``exp``) holding one of ``names`` (``exp.train_loader``)."""
+    return {instance for attribute, instance in a.bundle_attributes.items() if attribute in names}
 
 
 def _block_that_can_hold_it(a: Analysis, home: str, in_guard: bool) -> tuple[str, bool]:
@@ -239,6 +247,7 @@ def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:
     else:
         facts.main_function = None
         trained = facts.models | facts.optimizers | facts.loaders
+        trained |= _bundles_holding(a, trained)
         in_guard = constructed_in_guard or bool(trained & a.r.main_guard_assigns)
         facts.home_kind = "main_guard" if in_guard else "module"
     facts.accessible_functions = a.reachable({home} | facts.training_classes)
