@@ -16,6 +16,7 @@ import pytest
 
 from accel_convert.codemods import Options
 from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.codemods.model.plan import plan_of
 from accel_convert.converter.pipeline import convert_source
 
@@ -154,3 +155,40 @@ def test_a_class_training_what_it_holds_is_no_bundle() -> None:
     text, _ = _converted(source)
     assert "exp.model, exp.optimizer" not in text
     assert "self.accelerator.prepare(" in text
+
+
+def _program(entry_use: str) -> dict[str, str]:
+    """The bundle in ``experiment.py``, its attributes handed on by ``train.py``, converted as a
+    program."""
+    bundle, functions = DEFINITIONS.split("\n\n\ndef train(", 1)
+    entry = (
+        "import torch\nimport torch.nn.functional as F\n\nfrom experiment import Experiment\n\n\ndef train("
+        + functions
+        + entry_use
+    )
+    sources = {"experiment": bundle + "\n", "train": entry}
+    outcomes = convert_program(
+        [ProgramModule(name, cst.parse_module(text), text) for name, text in sources.items()], "train", Options()
+    )
+    return {name: outcome.module.code for name, outcome in outcomes.items()} | {
+        "original_experiment": sources["experiment"]
+    }
+
+
+def test_a_bundle_of_another_module_is_prepared_where_the_entry_builds_it() -> None:
+    found = _program("def main():\n" + textwrap.indent(USE, "    ") + '\n\nif __name__ == "__main__":\n    main()\n')
+    assert found["experiment"] == found["original_experiment"]  # the bundle's module is left as it is
+    lines = found["train"].splitlines()
+    built = lines.index("    exp = Experiment(0.1)")
+    assert "\n".join(lines[built + 1 : built + 4]) == "    " + PREPARE.format(indent="    ")
+    assert "accelerator.gather_for_metrics(" in found["train"]
+    assert "model = accelerator.prepare(model)" not in found["train"]  # nothing prepared twice in train()
+    assert 'accelerator.save(accelerator.unwrap_model(exp.model).state_dict(), "bundle.pt")' in found["train"]
+
+
+def test_a_bundle_of_another_module_built_in_the_main_block() -> None:
+    found = _program('if __name__ == "__main__":\n' + textwrap.indent(USE, "    "))
+    lines = found["train"].splitlines()
+    built = lines.index("    exp = Experiment(0.1)")
+    assert lines.index("    accelerator = Accelerator()") < built
+    assert "\n".join(lines[built + 1 : built + 4]) == "    " + PREPARE.format(indent="    ")
