@@ -192,3 +192,49 @@ def test_a_bundle_of_another_module_built_in_the_main_block() -> None:
     built = lines.index("    exp = Experiment(0.1)")
     assert lines.index("    accelerator = Accelerator()") < built
     assert "\n".join(lines[built + 1 : built + 4]) == "    " + PREPARE.format(indent="    ")
+
+
+FIT_FROM_A_METHOD = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def fit(model, loaders):
+    train_loader, test_loader = loaders
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    with torch.no_grad():
+        print(sum((model(x).argmax(dim=1) == y).sum().item() for x, y in test_loader))
+
+
+class Experiment:
+    def run(self):
+        model = nn.Linear(8, 3)
+        train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+        test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+        loaders = (train_loader, test_loader)
+        fit(model, loaders)
+
+
+if __name__ == "__main__":
+    Experiment().run()
+"""
+
+
+def test_a_model_a_method_builds_and_hands_to_fit_is_prepared_there() -> None:
+    """``Experiment.run()`` builds the model and the loaders, binds the loaders into one tuple and
+    hands both to ``fit(model, loaders)``, which builds the optimizer: the class gets no
+    accelerator (it trains nothing), so ``fit()`` prepares the model it is handed with the rest
+    (before, ACC926: the model trained unprepared on each process)."""
+    source = FIT_FROM_A_METHOD
+    plan = plan_of(analyse(cst.parse_module(source), source))
+    assert plan.received_models["fit"] == ("model",)
+    text, codes = _converted(source)
+    assert "model, optimizer, train_loader, test_loader = accelerator.prepare(" in text
+    assert "ACC926" not in codes
+    assert _converted(text)[0] == text

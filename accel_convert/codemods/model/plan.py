@@ -1401,10 +1401,18 @@ def _bound_in(spans: Sequence[tuple[int, int]], a: Analysis) -> frozenset[str]:
 
 def _received_models(a: Analysis) -> dict[str, tuple[str, ...]]:
     """See ``ConversionPlan.received_models``: the home function's and the creating function's
-    model parameters that no statement of its body (but a definition) and no other code binds."""
+    model parameters that no statement of its body (but a definition) and no other code binds,
+    but a method of a class that does not receive the accelerator (``model = Net()`` in an
+    ``Experiment``'s ``run()``, handed to ``fit(model, loaders)``): no prepare can go there, so
+    the function it is handed to prepares it (before, it trained unprepared: ACC926)."""
     if a.facts.home_kind != "function" or a.module is None:
         return {}
     homes = {a.facts.main_function, a.facts.creating_function}
+    in_methods = {
+        a.site(assign.node).line
+        for assign in a.r.assigns
+        if len(assign.scope) == 2 and assign.scope[0] in a.r.classes and assign.scope[0] not in a.facts.training_classes
+    }
     found: dict[str, tuple[str, ...]] = {}
     for top in a.module.body:
         if not (isinstance(top, cst.FunctionDef) and top.name.value in homes):
@@ -1417,7 +1425,10 @@ def _received_models(a: Analysis) -> dict[str, tuple[str, ...]]:
             for name in parameter_names(top)
             if name in a.facts.models
             and name not in bound
-            and all(where.line <= site.line <= where.end_line for site in a.facts.assign_sites.get(name, ()))
+            and all(
+                where.line <= site.line <= where.end_line or site.line in in_methods
+                for site in a.facts.assign_sites.get(name, ())
+            )
         )
     return found
 
