@@ -9,6 +9,7 @@ unsynchronised, and each printed its own accuracy."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import libcst as cst
@@ -16,6 +17,7 @@ import pytest
 
 from accel_convert.codemods import Options
 from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.name_flow import name_flow_problems
 from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.codemods.model.plan import plan_of
 from accel_convert.converter.pipeline import convert_source
@@ -238,3 +240,50 @@ def test_a_model_a_method_builds_and_hands_to_fit_is_prepared_there() -> None:
     assert "model, optimizer, train_loader, test_loader = accelerator.prepare(" in text
     assert "ACC926" not in codes
     assert _converted(text)[0] == text
+
+
+CHOSEN = """\
+from accel_convert.runtime import Accelerator
+
+
+def main(kind):
+    if kind == "small":
+        exp = Small()
+    elif kind == "big":
+        exp = Big()
+{wait}    train(exp.model, exp.loader, exp.optimizer)
+"""
+
+PREPARED = "    exp.model, exp.optimizer, exp.loader = accelerator.prepare(exp.model, exp.optimizer, exp.loader)\n"
+
+
+def _flow(original: str, converted: str) -> list[tuple[str, str]]:
+    converted = converted.replace("def main(kind):\n", "def main(kind):\n    accelerator = Accelerator()\n")
+    return [(problem.scope, problem.name) for problem in name_flow_problems(ast.parse(original), ast.parse(converted))]
+
+
+def test_the_guard_agrees_with_a_bundle_prepared_after_the_chain_choosing_it() -> None:
+    """A bundle chosen by an ``if`` chain with no ``else``: where the original's next read of the
+    instance waits for no test, it fails there when no branch bound it, so the prepare right after
+    the chain (which binds the instance's attributes again, not the instance) fails no more
+    often: the guard takes it, as the plan placed it. Where the read waits for a test of what the
+    chain chose by, the instance is left unbound on purpose: the guard refuses the prepare."""
+    original = CHOSEN.format(wait="")
+    converted = original.replace("    train(", PREPARED + "    train(")
+    assert _flow(original, converted) == []
+    waiting = original.replace("    train(", '    if kind != "none":\n        train(')
+    assert _flow(waiting, waiting.replace('    if kind != "none"', PREPARED + '    if kind != "none"')) == [
+        ("main", "exp")
+    ]
+
+
+def test_a_bundle_chosen_in_a_chain_is_prepared_and_the_guard_leaves_it_in() -> None:
+    source = SHAPES["function"].replace(
+        "    exp = Experiment(0.1)\n",
+        '    if len("small") > 3:\n        exp = Experiment(0.1)\n    elif len("big") > 2:\n        exp = Experiment(0.2)\n',
+    )
+    text, codes = _converted(source)
+    assert "ACC937" not in codes
+    lines = text.splitlines()
+    built = lines.index("        exp = Experiment(0.2)")
+    assert "\n".join(lines[built + 1 : built + 4]) == "    " + PREPARE.format(indent="    ")
