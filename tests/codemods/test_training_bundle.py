@@ -287,3 +287,16 @@ def test_a_bundle_chosen_in_a_chain_is_prepared_and_the_guard_leaves_it_in() -> 
     lines = text.splitlines()
     built = lines.index("        exp = Experiment(0.2)")
     assert "\n".join(lines[built + 1 : built + 4]) == "    " + PREPARE.format(indent="    ")
+
+
+def test_out_of_memory_retry_of_a_bundle_is_left_to_a_person() -> None:
+    """The bundle's class builds the loaders with their batch size, which a retry cannot shrink
+    (and a retry preparing the prepared attributes again would wrap them twice): reported at the
+    bundle (ACC917) and not wrapped, on the first conversion and the second alike."""
+    source = SHAPES["function"]
+    result = convert_source(source.encode(), Options(oom_retry=True), path="train.py")
+    text = result.output.decode()
+    assert "find_executable_batch_size" not in text
+    line = source.splitlines().index("    exp = Experiment(0.1)") + 1
+    assert [(change.line, change.fixed) for change in result.changes if change.code == "ACC917"] == [(line, False)]
+    assert convert_source(text.encode(), Options(oom_retry=True), path="train.py").output.decode() == text

@@ -235,10 +235,10 @@ class ConversionPlan:
     models_never_prepared: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
     #: The attributes of a training bundle that the block building it hands on from outside its
     #: class (``exp.model`` after ``exp = Experiment()`` in ``main()``, handed to ``train(exp.model,
-    #: exp.train_loader, exp.optimizer)``) → the instance (``exp``): objects of ``to_prepare`` that
-    #: the block prepares right after the instance is bound (``exp.model, exp.optimizer, ... =
-    #: accelerator.prepare(exp.model, exp.optimizer, ...)``), as a training class prepares its own
-    #: attributes in its ``__init__``.
+    #: exp.train_loader, exp.optimizer)``) → the instance (``exp``): the block prepares them right
+    #: after the instance is bound (``exp.model, exp.optimizer, ... = accelerator.prepare(exp.model,
+    #: exp.optimizer, ...)``; objects of ``to_prepare``, unless the script prepares them already),
+    #: as a training class prepares its own attributes in its ``__init__``.
     bundled: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
@@ -309,7 +309,7 @@ class ConversionPlan:
             models_left_unprepared=_models_left_unprepared(
                 facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
             ),
-            bundled=MappingProxyType({name: held for name, held in (bundled or {}).items() if name in to_prepare}),
+            bundled=MappingProxyType(dict(bundled or {})),
         )
 
     @property
