@@ -10,7 +10,8 @@ loaders, model, optimizer and scheduler with the batch-size expression replaced 
 everywhere inside, ``view(args.batch_size, ...)`` included. Module-level scripts get their
 training code wrapped the same way, with ``global`` for the names other code reads. Uses of the
 batch-size expression outside the retried code (helper functions) still see the starting value
-and are reported (ACC917).
+and are reported (ACC917), and so is a training bundle prepared where it is built (``exp =
+Experiment()``, whose class builds the loaders with their batch size: nothing to shrink).
 """
 
 from __future__ import annotations
