@@ -583,6 +583,7 @@ def _preparations(
         "arguments",
         "loader_classes",
         "loaders_unpacked_from_parameters",
+        "bundle_attributes",
     ),
     provides=("plan",),
 )
