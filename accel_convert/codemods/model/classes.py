@@ -223,28 +223,42 @@ def _bundled_roles(a: Analysis, name: str, owner: ClassRecord) -> dict[str, str]
     ``name`` binds to it (``self.model = Net()`` in ``__init__``), when no other method of the
     class loops or reads one of them (a class training what it holds prepares it itself, as a
     training class)."""
-    facts = a.facts
     instance = owner.self_names.get("__init__")
     if instance is None or any(loop.function == name for loop in a.r.loops):
         return {}
     building = _run_when_built(owner)
+    held = _roles_bound_when_built(a, name, instance, building)
+    return {} if _read_by_other_methods(a, name, owner, building, set(held)) else held
+
+
+def _roles_bound_when_built(a: Analysis, name: str, instance: str, building: AbstractSet[str]) -> dict[str, str]:
+    """Attribute → role of the training objects the methods ``building`` class ``name`` bind to
+    its ``instance`` (built there, not kept from a parameter)."""
     built_here = _attributes_built_here(a, name)
     held: dict[str, str] = {}
     for assign in a.r.assigns:
         if assign.function != name or len(assign.scope) != 2 or assign.scope[1] not in building:
             continue
         for target in assign.targets:
-            role = next((role for role in BUNDLED_ROLES if target in getattr(facts, role)), None)
+            role = next((role for role in BUNDLED_ROLES if target in getattr(a.facts, role)), None)
             if role is not None and target in built_here and _is_attribute_of(target, instance):
                 held[target.split(".", 1)[1]] = role
-    selves = {owner.self_names.get(method) for method in owner.self_names if method not in building}
+    return held
+
+
+def _read_by_other_methods(
+    a: Analysis, name: str, owner: ClassRecord, building: AbstractSet[str], held: AbstractSet[str]
+) -> bool:
+    """Whether a call in a method of class ``name`` other than ``building`` reads one of the
+    attributes ``held`` of its instance."""
+    selves = {own for method, own in owner.self_names.items() if method not in building and own}
+    wanted = {f"{own}.{attribute}" for own in selves for attribute in held}
     for call in a.r.calls:
         if call.function != name or len(call.scope) < 2 or call.scope[1] in building:
             continue
-        read = {dotted(node) for node in nodes_in(call.node) if isinstance(node, cst.Attribute)}
-        if any(f"{own}.{attribute}" in read for own in selves if own for attribute in held):
-            return {}
-    return held
+        if wanted & {dotted(node) for node in nodes_in(call.node) if isinstance(node, cst.Attribute)}:
+            return True
+    return False
 
 
 def _handed_on(a: Analysis, function: str, attributes: AbstractSet[str]) -> bool:

@@ -253,7 +253,7 @@ class ConversionPlan:
         wrappings: Mapping[int, tuple[tuple[str, str], ...]] | None = None,
         placement: Placement | None = None,
         aliases: AbstractSet[str] = frozenset(),
-        bundled: Mapping[str, str] | None = None,
+        bundled: Mapping[str, str] = MappingProxyType({}),
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
@@ -265,7 +265,7 @@ class ConversionPlan:
         ``placement``, where in the original statements each block prepares; ``aliases``, the
         names bound only to a prepared attribute (``model = self.model``); ``bundled``, a bundle's
         attributes handed on outside its class → the instance."""
-        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {}, aliases, bundled or {})
+        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {}, aliases, bundled)
         creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
         preparing = _preparing_functions(facts)
         placement = placement or Placement()
@@ -309,7 +309,7 @@ class ConversionPlan:
             models_left_unprepared=_models_left_unprepared(
                 facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
             ),
-            bundled=MappingProxyType(dict(bundled or {})),
+            bundled=MappingProxyType(dict(bundled)),
         )
 
     @property
