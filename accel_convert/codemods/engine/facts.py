@@ -507,6 +507,12 @@ class ScriptFacts(FactQuestions):
     #: Module-level classes deriving from a dataset (``torch.utils.data.Dataset``, torchvision's,
     #: another module's ``BaseDataset``), directly or through the file's.
     dataset_classes: AbstractSet[str] = frozenset()
+    #: Module-level classes that are training bundles (see ``model.classes.bundle_attributes``:
+    #: their building binds models, optimizers, loaders or schedulers to attributes their other
+    #: methods leave alone) → (attribute, role: a ScriptFacts role field) pairs: ``Experiment`` →
+    #: ``(("model", "models"), ("optimizer", "optimizers"), ...)``. Told to the program's other
+    #: modules, which prepare an instance's attributes where they build it.
+    bundle_classes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     #: The file's module-level functions and static or class methods (``"Net.create"``) that
     #: return a new model of the program's classes: a call of one builds a model as a
     #: construction does (see :func:`codemods.engine.imported_calls.builds_model_of_program_class`).
@@ -738,6 +744,7 @@ class FactsDraft(FactQuestions):
     self_training_models: set[str] = field(default_factory=set)
     model_classes: set[str] = field(default_factory=set)
     dataset_classes: set[str] = field(default_factory=set)
+    bundle_classes: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     model_factories: set[str] = field(default_factory=set)
     loader_classes: set[str] = field(default_factory=set)
     training_classes: set[str] = field(default_factory=set)

@@ -171,9 +171,14 @@ def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[Name
         # The first read is where the program would stop.
         line, column = min(reads)
         original_reads = before.get(key) or _reads_of_moved_code(original, before, scope, name)
+        rebinding = added.rebinds(name, line)
+        # The added statement's own reads are judged by where it stands (the original's next read
+        # of the name), not counted: a prepare binding the name's attributes again (``exp.model,
+        # ... = accelerator.prepare(exp.model, ...)``) leaves the name itself as it was.
+        counted = [read for read in reads if not (rebinding and added.within(read[0], line))]
         if (
-            len(reads) > len(original_reads)
-            or (added.rebinds(name, line) and not added.read_unconditionally(scope, name, original_reads))
+            len(counted) > len(original_reads)
+            or (rebinding and not added.read_unconditionally(scope, name, original_reads))
         ) and not first_failures.covers(scope, reads, original_reads):
             problems.append(NameFlowProblem(scope, name, line, column, trigger_line=flow.triggers.get(key, 0)))
     problems += _calls_missing_new_arguments({"": original}, {"": converted}).get("", [])
@@ -195,14 +200,27 @@ class _AddedRebindings:
         self._original_statements: set[str] | None = None
         self._assignments: list[ast.Assign] | None = None
 
-    def rebinds(self, name: str, line: int) -> bool:
+    def _assignment_at(self, line: int) -> ast.Assign | None:
         if self._assignments is None:
             self._assignments = [node for node in _walk_statements(self.converted) if isinstance(node, ast.Assign)]
-        statement = next(
+        return next(
             (node for node in reversed(self._assignments) if node.lineno <= line <= (node.end_lineno or node.lineno)),
             None,
         )
-        if statement is None or not any(name in _target_names(target) for target in statement.targets):
+
+    def within(self, read_line: int, line: int) -> bool:
+        """Whether ``read_line`` is a line of the assignment at ``line``."""
+        statement = self._assignment_at(line)
+        return statement is not None and statement.lineno <= read_line <= (statement.end_lineno or statement.lineno)
+
+    def rebinds(self, name: str, line: int) -> bool:
+        """Whether the assignment at ``line`` is one the conversion added that binds ``name`` again,
+        or attributes of it (a training bundle's, ``exp.model, exp.optimizer = accelerator.prepare(
+        exp.model, exp.optimizer)``)."""
+        statement = self._assignment_at(line)
+        if statement is None or not any(
+            name in _target_names(target) or name in _attribute_owners(target) for target in statement.targets
+        ):
             return False
         if self._original_statements is None:
             self._original_statements = {
@@ -1403,6 +1421,17 @@ def _target_names(target: ast.AST) -> set[str]:
         return set().union(*(_target_names(element) for element in target.elts)) if target.elts else set()
     if isinstance(target, ast.Starred):
         return _target_names(target.value)
+    return set()
+
+
+def _attribute_owners(target: ast.AST) -> set[str]:
+    """The names whose attributes an assignment target binds (``exp`` of ``exp.model``)."""
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        return {target.value.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_attribute_owners(element) for element in target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _attribute_owners(target.value)
     return set()
 
 

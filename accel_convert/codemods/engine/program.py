@@ -217,7 +217,10 @@ class Program:
                 break
             seeds = derived
         loggers = _file_logger_classes(facts)
-        return {name: replace(seed, file_logger_classes=loggers) for name, seed in seeds.items()}
+        bundles = _bundle_classes(facts)
+        return {
+            name: replace(seed, file_logger_classes=loggers, bundle_classes=bundles) for name, seed in seeds.items()
+        }
 
     def _python_outputs(self) -> tuple[tuple[str, frozenset[int]], ...]:
         """Every module-level class of the program whose ``forward`` returns Python values, by
@@ -355,10 +358,13 @@ class Program:
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
         # second round on, so a logger of one module built in a call of another's function (or
-        # method) is seen as one where it is built.
+        # method) is seen as one where it is built. So do a module's training bundles.
         loggers = _file_logger_classes(facts)
+        bundles = _bundle_classes(facts)
         return {
-            name: replace(learnt.seeds(name, old, self.shapes[name]), file_logger_classes=loggers)
+            name: replace(
+                learnt.seeds(name, old, self.shapes[name]), file_logger_classes=loggers, bundle_classes=bundles
+            )
             for name, old in seeds.items()
         }
 
@@ -471,6 +477,14 @@ def _file_logger_classes(facts: dict[str, ScriptFacts]) -> frozenset[str]:
     """Every class of the program keeping a file open for writing (see ``file_flow.file_loggers``),
     by qualified name."""
     return frozenset(f"{name}.{cls}" for name, found in facts.items() for cls in found.file_logger_classes)
+
+
+def _bundle_classes(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """Every training bundle of the program (see ``ScriptFacts.bundle_classes``), by qualified
+    name, with its (attribute, role) pairs."""
+    return tuple(
+        sorted((f"{name}.{cls}", held) for name, found in facts.items() for cls, held in found.bundle_classes.items())
+    )
 
 
 def _evaluating_calls(facts: dict[str, ScriptFacts]) -> dict[str, bool]:

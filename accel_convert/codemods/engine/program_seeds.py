@@ -175,6 +175,10 @@ class ProgramSeeds:
     #: ``Experiment`` whose ``run()`` does ``trainer = Trainer(self.model, ...)``) is a training
     #: class too, handing the accelerator on.
     training_classes_elsewhere: frozenset[str] = frozenset()
+    #: Program-wide: training bundles (qualified class, see ``ScriptFacts.bundle_classes``) → their
+    #: (attribute, role) pairs: an instance another module builds (``exp = Experiment()``) and whose
+    #: attributes it hands on (``train(exp.model, ...)``) has them prepared there.
+    bundle_classes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

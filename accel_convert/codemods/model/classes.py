@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
     is_plain_class,
+    nodes_in,
 )
 from accel_convert.codemods.model.calls import step_calls
 from accel_convert.codemods.model.plan import is_any_prepare
@@ -166,6 +167,106 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
         ):
             found.append(name)
     return found
+
+
+#: The roles a training bundle's attributes can hold (``ScriptFacts`` fields): what a ``prepare`` takes.
+BUNDLED_ROLES = ("models", "optimizers", "train_loaders", "schedulers")
+
+
+@provider(
+    needs=("models", "optimizers", "train_loaders", "schedulers", "constructions"),
+    provides=("bundle_attributes", "bundle_classes"),
+    refines=("models", "optimizers", "train_loaders", "schedulers"),
+)
+def bundle_attributes(a: Analysis) -> None:
+    """Training bundles: a class (of the file, or of another module of the program: the seeds'
+    ``bundle_classes``) that is no model and whose building (``__init__`` and the methods it
+    calls) binds models, optimizers, loaders or schedulers to attributes of its instance that its
+    other methods leave alone (``facts.bundle_classes``), built by a block (``exp = Experiment()``
+    in ``main()`` or at module level) that hands those attributes on from outside the class
+    (``train(exp.model, exp.train_loader, exp.optimizer)``). The instance's attributes
+    (``exp.model``) take the roles of the class's (``self.model``), and the plan prepares them in
+    that block right after the instance is bound (``a.bundle_attributes``: ``exp.model`` →
+    ``exp``); before, nothing was prepared and every process trained on every batch."""
+    facts = a.facts
+    models = model_classes(a)
+    for name, owner in a.r.classes.items():
+        held = {} if name in models else _bundled_roles(a, name, owner)
+        if held:
+            facts.bundle_classes[name] = tuple(sorted(held.items()))
+    elsewhere = dict(a.seeds.bundle_classes) if a.seeds is not None else {}
+    for assign in a.r.assigns:
+        value = assign.value
+        if len(assign.scope) > 1 or len(assign.targets) != 1 or "." in assign.targets[0]:
+            continue
+        if not isinstance(value, cst.Call):
+            continue
+        local = dotted(value.func)
+        held_pairs = (
+            facts.bundle_classes.get(local)
+            if local in a.r.classes
+            else elsewhere.get(program_callee(facts, value.func, assign.scope) or "")
+        )
+        if not held_pairs:
+            continue
+        instance = assign.targets[0]
+        outside = {f"{instance}.{attribute}": role for attribute, role in held_pairs}
+        if not _handed_on(a, assign.function, set(outside)):
+            continue
+        for attribute, role in outside.items():
+            getattr(facts, role).add(attribute)
+            a.bundle_attributes[attribute] = instance
+
+
+def _bundled_roles(a: Analysis, name: str, owner: ClassRecord) -> dict[str, str]:
+    """Attribute (``model``) → the role (a ``ScriptFacts`` field) of the object building class
+    ``name`` binds to it (``self.model = Net()`` in ``__init__``), when no other method of the
+    class loops or reads one of them (a class training what it holds prepares it itself, as a
+    training class)."""
+    instance = owner.self_names.get("__init__")
+    if instance is None or any(loop.function == name for loop in a.r.loops):
+        return {}
+    building = _run_when_built(owner)
+    held = _roles_bound_when_built(a, name, instance, building)
+    return {} if _read_by_other_methods(a, name, owner, building, set(held)) else held
+
+
+def _roles_bound_when_built(a: Analysis, name: str, instance: str, building: AbstractSet[str]) -> dict[str, str]:
+    """Attribute → role of the training objects the methods ``building`` class ``name`` bind to
+    its ``instance`` (built there, not kept from a parameter)."""
+    built_here = _attributes_built_here(a, name)
+    held: dict[str, str] = {}
+    for assign in a.r.assigns:
+        if assign.function != name or len(assign.scope) != 2 or assign.scope[1] not in building:
+            continue
+        for target in assign.targets:
+            role = next((role for role in BUNDLED_ROLES if target in getattr(a.facts, role)), None)
+            if role is not None and target in built_here and _is_attribute_of(target, instance):
+                held[target.split(".", 1)[1]] = role
+    return held
+
+
+def _read_by_other_methods(
+    a: Analysis, name: str, owner: ClassRecord, building: AbstractSet[str], held: AbstractSet[str]
+) -> bool:
+    """Whether a call in a method of class ``name`` other than ``building`` reads one of the
+    attributes ``held`` of its instance."""
+    selves = {own for method, own in owner.self_names.items() if method not in building and own}
+    wanted = {f"{own}.{attribute}" for own in selves for attribute in held}
+    for call in a.r.calls:
+        if call.function != name or len(call.scope) < 2 or call.scope[1] in building:
+            continue
+        if wanted & {dotted(node) for node in nodes_in(call.node) if isinstance(node, cst.Attribute)}:
+            return True
+    return False
+
+
+def _handed_on(a: Analysis, function: str, attributes: AbstractSet[str]) -> bool:
+    """Whether a call of ``function`` hands one of ``attributes`` (``exp.model``) on."""
+    return any(
+        call.function == function and any(dotted(arg.value) in attributes for arg in call.node.args)
+        for call in a.r.calls
+    )
 
 
 def _run_when_built(owner: ClassRecord) -> set[str]:

@@ -3,6 +3,8 @@ which functions reach it."""
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed, holds_device
@@ -54,6 +56,7 @@ from accel_convert.codemods.model.state import Analysis
         "arguments",
         "loader_classes",
         "loader_factories",
+        "bundle_attributes",
     ),
     provides=(
         "home_kind",
@@ -83,6 +86,9 @@ def home(a: Analysis) -> None:
         _library_training_functions(a)
     else:
         _home_block(a)
+        # A bundle's attributes handed on outside its class are prepared where its instance is
+        # bound (the plan's ``bundled``): held prepared from there on, as a training class's.
+        a.facts.prepared_attributes |= set(a.bundle_attributes)
 
 
 def _home_block(a: Analysis) -> None:
@@ -101,7 +107,7 @@ def _home_block(a: Analysis) -> None:
         home, in_guard = _home_of_training_functions(a)
     if home is None:
         home = _home_by_what_it_binds(a)
-    _settle_home(a, _block_that_can_hold_it(a, home), in_guard)
+    _settle_home(a, *_block_that_can_hold_it(a, home, in_guard))
     savers = classes_saving_handed_models(a)
     a.facts.training_classes.update(savers)
     a.facts.accessible_functions |= a.reachable(set(savers))
@@ -191,32 +197,42 @@ def _binds_loaders_to_use(a: Analysis, assign: AssignRecord) -> bool:
     """Whether ``assign`` binds loaders for its block to train or evaluate over: a loader's name
     or what a loader factory of the file returns (``loaders = get_loaders(...)``, a dict of them
     too), outside the loader factories themselves (``get_loaders()`` binds the loaders it
-    returns to the block calling it, where training starts)."""
+    returns to the block calling it, where training starts), or a training bundle holding them
+    (``exp = Experiment()``, its attributes handed on: the plan prepares them there)."""
     factories = a.loader_factories.keys() | a.loader_dict_factories.keys()
     if assign.function in factories:
         return False
     value = assign.value
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
         return True
-    return bool(set(assign.targets) & a.facts.loaders)
+    return bool(set(assign.targets) & (a.facts.loaders | _bundles_holding(a, a.facts.loaders)))
 
 
-def _block_that_can_hold_it(a: Analysis, home: str) -> str:
+def _bundles_holding(a: Analysis, names: AbstractSet[str]) -> set[str]:
+    """The training bundles' instances (``exp``) holding one of ``names`` (``exp.train_loader``)."""
+    return {instance for attribute, instance in a.bundle_attributes.items() if attribute in names}
+
+
+def _block_that_can_hold_it(a: Analysis, home: str, in_guard: bool) -> tuple[str, bool]:
     """``home``, unless it is a class that cannot be given the accelerator (no ``__init__``, never
-    constructed here): then the block using the class, and the methods' calls are reported
-    (ACC904) rather than rewritten."""
+    constructed here): then the block using the class (and whether that is the ``__main__``
+    block: a training bundle built there, ``exp = Experiment()``), and the methods' calls are
+    reported (ACC904) rather than rewritten."""
     if home == MODULE or home in a.r.defs:
-        return home
-    return next(
+        return home, in_guard
+    call = next(
         (
-            call.function
+            call
             for call in a.r.calls
             if isinstance(call.node.func, cst.Name)
             and call.node.func.value == home
             and (call.function in a.r.defs or call.function == MODULE)
         ),
-        MODULE,
+        None,
     )
+    if call is None:
+        return MODULE, in_guard
+    return call.function, in_guard or (call.function == MODULE and call.in_main_guard)
 
 
 def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:
@@ -231,6 +247,7 @@ def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:
     else:
         facts.main_function = None
         trained = facts.models | facts.optimizers | facts.loaders
+        trained |= _bundles_holding(a, trained)
         in_guard = constructed_in_guard or bool(trained & a.r.main_guard_assigns)
         facts.home_kind = "main_guard" if in_guard else "module"
     facts.accessible_functions = a.reachable({home} | facts.training_classes)

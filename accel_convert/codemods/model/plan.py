@@ -233,6 +233,13 @@ class ConversionPlan:
     #: Module-level function the accelerator does not reach → the models it names that no
     #: ``prepare`` can have wrapped (an inference path building its own model): nothing to unwrap.
     models_never_prepared: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: The attributes of a training bundle that the block building it hands on from outside its
+    #: class (``exp.model`` after ``exp = Experiment()`` in ``main()``, handed to ``train(exp.model,
+    #: exp.train_loader, exp.optimizer)``) → the instance (``exp``): the block prepares them right
+    #: after the instance is bound (``exp.model, exp.optimizer, ... = accelerator.prepare(exp.model,
+    #: exp.optimizer, ...)``; objects of ``to_prepare``, unless the script prepares them already),
+    #: as a training class prepares its own attributes in its ``__init__``.
+    bundled: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -246,6 +253,7 @@ class ConversionPlan:
         wrappings: Mapping[int, tuple[tuple[str, str], ...]] | None = None,
         placement: Placement | None = None,
         aliases: AbstractSet[str] = frozenset(),
+        bundled: Mapping[str, str] = MappingProxyType({}),
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
@@ -255,8 +263,9 @@ class ConversionPlan:
         block bind; ``received``, home function → the models it is handed and trains, bound
         nowhere else; ``wrappings``, the home block's statements wrapping a loader;
         ``placement``, where in the original statements each block prepares; ``aliases``, the
-        names bound only to a prepared attribute (``model = self.model``)."""
-        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {}, aliases)
+        names bound only to a prepared attribute (``model = self.model``); ``bundled``, a bundle's
+        attributes handed on outside its class → the instance."""
+        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {}, aliases, bundled)
         creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
         preparing = _preparing_functions(facts)
         placement = placement or Placement()
@@ -300,6 +309,7 @@ class ConversionPlan:
             models_left_unprepared=_models_left_unprepared(
                 facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
             ),
+            bundled=MappingProxyType(dict(bundled)),
         )
 
     @property
@@ -442,20 +452,23 @@ def _objects_to_prepare(
     facts: FactsDraft | ScriptFacts,
     received: Mapping[str, tuple[str, ...]] | None = None,
     aliases: AbstractSet[str] = frozenset(),
+    bundled: Mapping[str, str] | None = None,
 ) -> tuple[str, ...]:
     """See ``ConversionPlan.to_prepare``. With the analysis' ``received`` (home function → the
     models it is handed and trains): a name no code binds but as a parameter (a training class's
     ``__init__(self, model)`` handed ``Trainer(nn.Linear(8, 1))``, a loader wrapper's
     ``__init__(self, loader)``) is no object of this module to prepare, unless the home function
-    is handed it and trains it."""
+    is handed it and trains it. A bundle's attribute handed on outside its class (``bundled``:
+    ``exp.model``) is one, prepared where its instance is bound."""
+    bundled = bundled or {}
     kept = None if received is None else {*facts.assign_sites, *(name for names in received.values() for name in names)}
     if kept is not None:
-        kept -= aliases
+        kept = (kept - aliases) | set(bundled)
     return tuple(
         name
         for group in facts.preparation_groups()
         for name in sorted(group)
-        if name not in facts.prepared and name.isidentifier() and (kept is None or name in kept)
+        if name not in facts.prepared and (name.isidentifier() or name in bundled) and (kept is None or name in kept)
     )
 
 
@@ -570,6 +583,7 @@ def _preparations(
         "arguments",
         "loader_classes",
         "loaders_unpacked_from_parameters",
+        "bundle_attributes",
     ),
     provides=("plan",),
 )
@@ -592,6 +606,7 @@ def conversion_plan(a: Analysis) -> None:
         _loader_wrappings(a),
         _placement(a),
         _attribute_aliases(a),
+        a.bundle_attributes,
     )
 
 
@@ -637,7 +652,7 @@ def _placement(a: Analysis) -> Placement:
     handed = _handed_for_training(a)
     if a.module is None:
         return Placement(handed_for_training=handed)
-    wanted = set(_objects_to_prepare(a.facts))
+    wanted = set(_objects_to_prepare(a.facts, bundled=a.bundle_attributes))
     homes = _home_blocks(a.module, a.facts) if a.facts.home_kind != "library" else {}
     home_lines = _home_training_lines(a.facts)
     built: dict[str, dict[str, tuple[int, int]]] = {}
@@ -910,9 +925,11 @@ def _built_before_training(
             continue  # names a def binds inside are its own locals, not this block's
         site = a.site(node)
         for name in sorted(wanted):
-            if not any(site.line <= where.line <= site.end_line for where in a.facts.assign_sites.get(name, ())):
+            # A bundle's attribute (``exp.model``) is bound where its instance is (``exp = Experiment()``).
+            bound = a.bundle_attributes.get(name, name)
+            if not any(site.line <= where.line <= site.end_line for where in a.facts.assign_sites.get(bound, ())):
                 continue
-            if name not in found and not _bound_on_every_path(node, name, a, statements[index + 1 :]):
+            if name not in found and not _bound_on_every_path(node, bound, a, statements[index + 1 :]):
                 continue  # first bound only under a flag: a prepare after it could meet an unbound name
             found[name] = (found[name][0] if name in found else site.line, site.line)
     return found
@@ -1190,7 +1207,9 @@ def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str
     """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
     accelerator exists, those building a loader to prepare."""
     facts = a.facts
-    loaders = set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a))) & facts.loaders
+    loaders = (
+        set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a), a.bundle_attributes)) & facts.loaders
+    )
     loaders -= a.unsharded_loaders | facts.prepared
     bound: dict[str, set[str]] = {}
     # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
@@ -1311,7 +1330,7 @@ def _wraps_and_bindings(
     built: Mapping[str, Mapping[str, tuple[int, int]]],
 ) -> tuple[dict[str, dict[int, tuple[tuple[str, str], ...]]], dict[str, frozenset[str]]]:
     """``Placement.prepared_before_wrapping`` and ``Placement.where_built``, per home block."""
-    to_prepare = set(_objects_to_prepare(a.facts, _received_models(a), _attribute_aliases(a)))
+    to_prepare = set(_objects_to_prepare(a.facts, _received_models(a), _attribute_aliases(a), a.bundle_attributes))
     where_built = to_prepare & a.facts.models_prepared_where_built
     wrapping: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {}
     binding: dict[str, frozenset[str]] = {}
@@ -1419,10 +1438,18 @@ def _bound_in(spans: Sequence[tuple[int, int]], a: Analysis) -> frozenset[str]:
 
 def _received_models(a: Analysis) -> dict[str, tuple[str, ...]]:
     """See ``ConversionPlan.received_models``: the home function's and the creating function's
-    model parameters that no statement of its body (but a definition) and no other code binds."""
+    model parameters that no statement of its body (but a definition) and no other code binds,
+    but a method of a class that does not receive the accelerator (``model = Net()`` in an
+    ``Experiment``'s ``run()``, handed to ``fit(model, loaders)``): no prepare can go there, so
+    the function it is handed to prepares it (before, it trained unprepared: ACC926)."""
     if a.facts.home_kind != "function" or a.module is None:
         return {}
     homes = {a.facts.main_function, a.facts.creating_function}
+    in_methods = {
+        a.site(assign.node).line
+        for assign in a.r.assigns
+        if len(assign.scope) == 2 and assign.scope[0] in a.r.classes and assign.scope[0] not in a.facts.training_classes
+    }
     found: dict[str, tuple[str, ...]] = {}
     for top in a.module.body:
         if not (isinstance(top, cst.FunctionDef) and top.name.value in homes):
@@ -1435,7 +1462,10 @@ def _received_models(a: Analysis) -> dict[str, tuple[str, ...]]:
             for name in parameter_names(top)
             if name in a.facts.models
             and name not in bound
-            and all(where.line <= site.line <= where.end_line for site in a.facts.assign_sites.get(name, ()))
+            and all(
+                where.line <= site.line <= where.end_line or site.line in in_methods
+                for site in a.facts.assign_sites.get(name, ())
+            )
         )
     return found
 

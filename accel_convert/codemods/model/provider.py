@@ -80,6 +80,8 @@ WORKING_FACTS = frozenset(
         "per_rank_loops",
         # Names holding this process's share of the training (model/locality.py's sums).
         "per_process_sums",
+        # A bundle's attributes read outside its class (``exp.model``) → the instance (``exp``).
+        "bundle_attributes",
     }
 )
 

@@ -72,6 +72,7 @@ PROVIDERS: tuple[Provider, ...] = (
     roles.stepped_objects,
     roles.optimizers_and_models,
     roles.trackers,
+    classes.bundle_attributes,
     file_flow.file_loggers,
     program.parameter_roles,
     roles.flow_into_parameters,

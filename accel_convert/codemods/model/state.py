@@ -100,6 +100,10 @@ class Analysis:
         #: process's share of the training there, sums of its batch losses grown in training and
         #: what follows from them (the locality owner's).
         self.per_process_sums: dict[str, set[str]] = {}
+        #: The attributes of a training bundle read outside its class (``exp.model`` after ``exp =
+        #: Experiment()``, whose ``__init__`` builds ``self.model``) → the instance holding them
+        #: (``exp``): see :func:`codemods.model.classes.bundle_attributes`.
+        self.bundle_attributes: dict[str, str] = {}
 
     def qualified(self, call: CallRecord) -> str | None:
         """The call's qualified name, resolved once per call (several providers ask for every call)."""

@@ -10,7 +10,8 @@ loaders, model, optimizer and scheduler with the batch-size expression replaced 
 everywhere inside, ``view(args.batch_size, ...)`` included. Module-level scripts get their
 training code wrapped the same way, with ``global`` for the names other code reads. Uses of the
 batch-size expression outside the retried code (helper functions) still see the starting value
-and are reported (ACC917).
+and are reported (ACC917), and so is a training bundle prepared where it is built (``exp =
+Experiment()``, whose class builds the loaders with their batch size: nothing to shrink).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
-from accel_convert.codemods.model.plan import creation_index, prepares_here
+from accel_convert.codemods.model.plan import creation_index, plan_of, prepared_by, prepares_here
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = RETRIED_TRAINING_FUNCTION
@@ -355,6 +356,16 @@ class OomRetryCodemod(Rule):
                 False,
             )
             return module, pending.resolve(module)
+        bundle = _bundle_prepared(region, facts)
+        if bundle is not None:
+            pending.add(
+                bundle,
+                "ACC917",
+                "the loaders are built with their batch size inside this training bundle's class, "
+                "which a retry cannot shrink: retry by hand",
+                False,
+            )
+            return module, pending.resolve(module)
         batch_size = _batch_size_expression(module, region, facts)
         if batch_size is None:
             pending.add(
@@ -508,6 +519,23 @@ def _with_helpers_reading_it(statements: Sequence[cst.BaseStatement], first: int
         if not readers:
             return start
         start = min(readers)
+
+
+def _bundle_prepared(region: _Region, facts: ScriptFacts) -> cst.BaseStatement | None:
+    """The statement binding the training bundle (``exp = Experiment()``) whose attributes the
+    region's prepare line takes (the plan's ``bundled``): its class builds the loaders, so the
+    retry has no batch size to shrink. None for any other prepare."""
+    bundled = plan_of(facts).bundled
+    prepared = set(prepared_by(region.statements[region.prepare], facts) or ())
+    instances = {bundled[name] for name in prepared if name in bundled}
+    return next(
+        (
+            statement
+            for statement in region.statements[: region.prepare]
+            if any(binds_name([statement], instance) for instance in instances)
+        ),
+        None,
+    )
 
 
 def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

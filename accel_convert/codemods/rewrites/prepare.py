@@ -968,6 +968,71 @@ class Prepare(Rule):
                     main()
             """,
         ),
+        # A training bundle used from outside its class: ``Experiment.__init__`` builds the model,
+        # the optimizer and the loader, and ``main()`` hands them on (``train(exp.model, ...)``):
+        # they are prepared where the bundle is built, the attributes bound again.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Experiment:
+                    def __init__(self):
+                        self.model = nn.Linear(8, 1)
+                        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                        self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+
+
+                def train(model, loader, optimizer):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                def main():
+                    exp = Experiment()
+                    train(exp.model, exp.loader, exp.optimizer)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Experiment:
+                    def __init__(self):
+                        self.model = nn.Linear(8, 1)
+                        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                        self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+
+
+                def train(model, loader, optimizer, accelerator):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    exp = Experiment()
+                    exp.model, exp.optimizer, exp.loader = accelerator.prepare(exp.model, exp.optimizer, exp.loader)
+                    train(exp.model, exp.loader, exp.optimizer, accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         # Already prepared (a converted script converted again), with a scheduler stepped once per
         # epoch built after the prepare: nothing is added, and that scheduler stays unprepared
         # (prepared, it would step once per process at each call).
