@@ -6,9 +6,11 @@ trains), an optimizer (``torch.optim``'s classes, or any object built from a mod
 whose training none of these describe — an optimizer of its own class stepped through methods
 of its own (SAM's ``first_step()`` and ``second_step()``), batches read from an attribute of an
 object the converter cannot see into (``dataset.train`` of a ``Cifar`` class of another module)
-— would otherwise come back unchanged with nothing said, as if it needed nothing. It is reported
-at each ``backward()`` call instead, and left as written: on several processes each would train
-the whole model on the whole data, unsynchronised.
+— would otherwise come back unchanged with nothing said, as if it needed nothing. Where something
+is built from a model's ``parameters()`` (an optimizer of some class), it is reported at each
+``backward()`` call instead, and left as written: on several processes each would train the whole
+model on the whole data, unsynchronised. A backward with nothing built from parameters takes
+gradients for something else (a saliency map's input) and is not reported.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import nodes_in
 
 #: What is said at each ``backward()``.
 MESSAGE = (
@@ -84,7 +87,22 @@ class UnrecognisedTraining(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        if not any(_built_from_parameters(node) for node in nodes_in(module)):
+            # No object is built from a model's parameters: the backward takes gradients for
+            # something else (a saliency map's input), and nothing is trained.
+            return module, []
         return module, [
             Change(self.code, MESSAGE, site.line, site.column, site.end_line, site.end_column, fixed=False)
             for site in facts.call_sites[".backward"]
         ]
+
+
+def _built_from_parameters(node: cst.CSTNode) -> bool:
+    """A call handed ``<something>.parameters()`` (``SAM(model.parameters(), ...)``): an optimizer
+    of some class, built to update a model."""
+    return isinstance(node, cst.Call) and any(
+        isinstance(arg.value, cst.Call)
+        and isinstance(arg.value.func, cst.Attribute)
+        and arg.value.func.attr.value == "parameters"
+        for arg in node.args
+    )

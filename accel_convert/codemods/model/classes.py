@@ -192,7 +192,7 @@ def bundle_attributes(a: Analysis) -> None:
     models = model_classes(a)
     for name, owner in a.r.classes.items():
         held = {} if name in models else _bundled_roles(a, name, owner)
-        if held:
+        if "models" in held.values():  # a class holding only loaders is a data object, not a bundle
             facts.bundle_classes[name] = tuple(sorted(held.items()))
     elsewhere = dict(a.seeds.bundle_classes) if a.seeds is not None else {}
     for assign in a.r.assigns:
