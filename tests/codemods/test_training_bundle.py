@@ -300,3 +300,42 @@ def test_out_of_memory_retry_of_a_bundle_is_left_to_a_person() -> None:
     line = source.splitlines().index("    exp = Experiment(0.1)") + 1
     assert [(change.line, change.fixed) for change in result.changes if change.code == "ACC917"] == [(line, False)]
     assert convert_source(text.encode(), Options(oom_retry=True), path="train.py").output.decode() == text
+
+
+DATA_OBJECT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Cifar:
+    def __init__(self, batch_size):
+        data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+        self.train = DataLoader(data, batch_size=batch_size, shuffle=True)
+        self.test = DataLoader(data, batch_size=batch_size)
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dataset = Cifar(8)
+    model = nn.Linear(8, 2).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        print(len(dataset.train))
+        for batch in dataset.train:
+            inputs, targets = (b.to(device) for b in batch)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
+"""
+
+
+def test_a_class_holding_only_loaders_is_no_bundle() -> None:
+    """SAM's ``Cifar``: a data object whose loaders the script loops over directly is no training
+    bundle (before, its loaders were prepared while the loops kept their batch moves, and a
+    second conversion changed the script again)."""
+    facts = analyse(cst.parse_module(DATA_OBJECT), DATA_OBJECT)
+    assert dict(facts.bundle_classes) == {}
+    once = convert_source(DATA_OBJECT.encode(), Options(), path="train.py").output.decode()
+    assert "dataset.train" not in "".join(line for line in once.splitlines() if "prepare(" in line)
+    assert convert_source(once.encode(), Options(), path="train.py").output.decode() == once
