@@ -817,6 +817,20 @@ RANK_NAMES = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class PerRankLoop:
+    """An evaluation loop whose processes each run their own batches and write their files under
+    the names the original gives them (see :func:`codemods.model.file_flow.per_batch_file_loaders`)."""
+
+    #: Its ``enumerate`` index (``i`` of ``for i, batch in enumerate(loader)``); None without one.
+    index: str | None
+    #: Counters of its own the loop names files by (``n``, ``self.count``): bound before the loop,
+    #: grown by one per batch at the top of its body, read nowhere after it.
+    counters: tuple[str, ...]
+    #: The prepared models it calls (``join_uneven_inputs`` joins them).
+    models: tuple[str, ...]
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Locality:
     """What differs between the processes of one module, and where: the one answer rules read
@@ -868,10 +882,11 @@ class Locality:
     #: methods among them (:attr:`ProgramSeeds.called_on_some_ranks`).
     program_calls_on_some_ranks: frozenset[str] = frozenset()
     #: Original line of each evaluation loop over a prepared loader in which every process runs
-    #: its own batches, unevenly, and writes their files under the original's index → (the
-    #: index, the prepared models it calls): see ``file_flow.per_batch_file_loaders``. No
-    #: barrier goes inside one, and its writes stay on every process.
-    per_rank_loops: Mapping[int, tuple[str, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
+    #: its own batches, unevenly, and writes their files under the original's index → how it
+    #: counts its batches and the prepared models it calls: see
+    #: ``file_flow.per_batch_file_loaders``. No barrier goes inside one, and its writes stay on
+    #: every process.
+    per_rank_loops: Mapping[int, PerRankLoop] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def per_process_values(self) -> frozenset[str]:

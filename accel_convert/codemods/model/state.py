@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from accel_convert.codemods.engine.names import ScopeKey
     from accel_convert.codemods.engine.positions import OriginIndex
     from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+    from accel_convert.codemods.model.locality import PerRankLoop
     from accel_convert.codemods.model.recorder import CallRecord, LoopRecord, Recorder
 
 
@@ -90,9 +91,9 @@ class Analysis:
         #: Loaders kept unprepared: an evaluation over them writes a file per batch.
         self.unsharded_loaders: set[str] = set()
         #: Original line of each evaluation loop over a prepared loader whose processes each write
-        #: their own batches' files under the original's index → (its index, the prepared models
-        #: it calls): see :func:`codemods.model.file_flow.per_batch_file_loaders`.
-        self.per_rank_loops: dict[int, tuple[str, tuple[str, ...]]] = {}
+        #: their own batches' files under the original's index → how it counts its batches and
+        #: the prepared models it calls: see :func:`codemods.model.file_flow.per_batch_file_loaders`.
+        self.per_rank_loops: dict[int, PerRankLoop] = {}
         #: Prepared loaders deal whole batches of the original round-robin (see
         #: :func:`codemods.model.runner.analyse`): where not, no loop runs per process.
         self.whole_batches = True

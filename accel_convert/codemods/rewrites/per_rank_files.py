@@ -36,9 +36,9 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in
+from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, dotted, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.model.locality import locality, locality_of
+from accel_convert.codemods.model.locality import PerRankLoop, locality, locality_of
 
 MESSAGE = (
     "a file written per evaluation batch: each process writes its own batches' files under the original's "
@@ -167,7 +167,7 @@ class _OwnBatchesWritten(RuleTransformer):
         self._where: dict[int, tuple[bool, bool]] = {}
 
     def visit_For(self, node: cst.For) -> None:
-        if self.runs_per_rank(node) and not _index_rebound(node, self._loops[self.site(node).line][0]):
+        if self.runs_per_rank(node) and not _already_per_rank(node, self._loops[self.site(node).line]):
             self._where[id(node)] = (self.accelerator_reachable(), self.every_rank_reaches_here(node))
 
     def leave_For(
@@ -181,36 +181,63 @@ class _OwnBatchesWritten(RuleTransformer):
         if not reachable:
             self.report(original_node, NO_ACCELERATOR_ACCESS, UNREACHABLE, False, header_only=True)
             return updated_node
-        index, models = self._loops[site.line]
+        loop = self._loops[site.line]
         accelerator: cst.BaseExpression = self.instance_accelerator() or cst.Name(self.accelerator)
 
         def call(method: str, *args: cst.Arg) -> cst.Call:
             return cst.Call(cst.Attribute(accelerator, cst.Name(method)), args=args)
 
-        rebound = cst.SimpleStatementLine(
-            [cst.Assign([cst.AssignTarget(cst.Name(index))], self._original_index(original_node, index, accelerator))]
+        def attribute(name: str) -> cst.Attribute:
+            return cst.Attribute(accelerator, cst.Name(name))
+
+        others = cst.BinaryOperation(
+            attribute("num_processes"),
+            cst.Subtract(),
+            cst.Integer("1"),
+            lpar=[cst.LeftParen()],
+            rpar=[cst.RightParen()],
         )
+        first: list[cst.BaseStatement] = []
+        if loop.index is not None:
+            first.append(
+                _line(
+                    cst.Assign(
+                        [cst.AssignTarget(cst.Name(loop.index))],
+                        self._original_index(original_node, loop.index, accelerator),
+                    )
+                )
+            )
+        # Each counter steps over the other processes' batches before each batch of this one
+        # (``n += P - 1``), starting from the original's value at this process's first batch
+        # (``n += p - (P - 1)`` before the loop): its k-th batch is the original's ``k * P + p``.
+        first.extend(_grown(counter, others.with_changes(lpar=[], rpar=[])) for counter in loop.counters)
+        started = [
+            _grown(counter, cst.BinaryOperation(attribute("process_index"), cst.Subtract(), others))
+            for counter in loop.counters
+        ]
         body = updated_node.body
         if isinstance(body, cst.IndentedBlock):
-            block = body.with_changes(body=[rebound, *body.body])
+            block = body.with_changes(body=[*first, *body.body])
         else:  # ``for ...: write(...)`` on one line
-            block = cst.IndentedBlock([rebound, cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)])
-        loop = updated_node.with_changes(body=block, leading_lines=())
+            block = cst.IndentedBlock([*first, cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)])
+        rewritten = updated_node.with_changes(body=block, leading_lines=())
         joined = call(
             "join_uneven_inputs",
-            cst.Arg(cst.List([cst.Element(cst.parse_expression(model)) for model in models])),
+            cst.Arg(cst.List([cst.Element(cst.parse_expression(model)) for model in loop.models])),
             cst.Arg(cst.Name("False"), keyword=cst.Name("even_batches"), equal=TIGHT_EQUAL),
         )
         # Without a backward to follow, each forward tells a process that ran out of batches
         # there is no gradient all-reduce to shadow (``no_sync``); else it waits for one.
-        unsynced = [cst.WithItem(call("no_sync", cst.Arg(cst.parse_expression(model)))) for model in models]
+        unsynced = [cst.WithItem(call("no_sync", cst.Arg(cst.parse_expression(model)))) for model in loop.models]
         wrapped = cst.With(
-            [cst.WithItem(joined), *unsynced], cst.IndentedBlock([loop]), leading_lines=updated_node.leading_lines
+            [cst.WithItem(joined), *unsynced],
+            cst.IndentedBlock([*started, rewritten]),
+            leading_lines=updated_node.leading_lines,
         )
         self.report(original_node, PerRankFiles.code, MESSAGE, header_only=True)
         if not reached_by_all:
             return wrapped
-        return cst.FlattenSentinel([wrapped, cst.SimpleStatementLine([cst.Expr(call("wait_for_everyone"))])])
+        return cst.FlattenSentinel([wrapped, _line(cst.Expr(call("wait_for_everyone")))])
 
     def _original_index(self, node: cst.For, index: str, accelerator: cst.BaseExpression) -> cst.BaseExpression:
         """``i * accelerator.num_processes + accelerator.process_index``, shifted by the
@@ -242,18 +269,35 @@ class _OwnBatchesWritten(RuleTransformer):
         return None
 
 
-def _index_rebound(node: cst.For, index: str) -> bool:
-    """Whether the loop's first statement already gives its index the original's value (a
-    converted script converted again): ``i = i * accelerator.num_processes + ...``."""
+def _line(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([small])
+
+
+def _grown(counter: str, by: cst.BaseExpression) -> cst.SimpleStatementLine:
+    """``counter += by``."""
+    target = cast(cst.BaseAssignTargetExpression, cst.parse_expression(counter))
+    return _line(cst.AugAssign(target, cst.AddAssign(), by))
+
+
+def _already_per_rank(node: cst.For, loop: PerRankLoop) -> bool:
+    """Whether the loop's first statement already gives its index (or its first counter) the
+    original's value (a converted script converted again): ``i = i * accelerator.num_processes +
+    ...``, ``n += accelerator.num_processes - 1``."""
     body = node.body
     first = body.body[0] if isinstance(body, cst.IndentedBlock) and body.body else None
     small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and first.body else None
+    counted = loop.index if loop.index is not None else (loop.counters[0] if loop.counters else None)
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        target: cst.BaseExpression = small.targets[0].target
+    elif isinstance(small, cst.AugAssign):
+        target = small.target
+    else:
+        return False
     return (
-        isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and isinstance(small.targets[0].target, cst.Name)
-        and small.targets[0].target.value == index
+        counted is not None
+        and dotted(target) == counted
         and any(
-            isinstance(node, cst.Attribute) and node.attr.value == "process_index" for node in nodes_in(small.value)
+            isinstance(part, cst.Attribute) and part.attr.value in ("process_index", "num_processes")
+            for part in nodes_in(small.value)
         )
     )
