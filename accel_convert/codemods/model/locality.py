@@ -397,10 +397,24 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
             summed = adds_up(small)
             if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
                 counters.add(counter)  # ``steps += 1``, ``self.count += 1``
+            elif (counter := _counted_up(small)) is not None:
+                counters.add(counter)  # ``steps = steps + 1``
             appended = _appended_to(small)
             if appended is not None:
                 lists.add(appended)
     return PerBatchValues(frozenset(counters), frozenset(lists))
+
+
+def _counted_up(small: cst.BaseSmallStatement) -> str | None:
+    """``n`` of ``n = n + 1`` (or ``n = 1 + n``, any whole number); None for anything else."""
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return None
+    counter, value = dotted(small.targets[0].target), small.value
+    if counter is None or not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, cst.Add):
+        return None
+    sides = (value.left, value.right)
+    counted = any(dotted(side) == counter for side in sides) and any(isinstance(side, cst.Integer) for side in sides)
+    return counter if counted else None
 
 
 def run_once_per_batch(statements: Sequence[cst.BaseStatement]) -> list[cst.SimpleStatementLine]:
