@@ -2,7 +2,8 @@
 or a per-batch counter, keeps its loader unprepared (every rank runs it whole, the main process
 writes every file the original writes); over a loader a training loop iterates too, which stays
 prepared, each process writes its own batches' files under the original's index (ACC126) where
-the loop keeps nothing across batches, and the write is reported otherwise. Files named otherwise, files opened for reading and loops over
+the loop keeps nothing across batches (a counter of its own naming the files, read nowhere after
+the loop, is followed too), and the write is reported otherwise. Files named otherwise, files opened for reading and loops over
 loaders nothing prepares are not reported. Also: a write after the gathered forward keeps its own
 position for every rule that runs after the gather."""
 
@@ -338,12 +339,20 @@ def test_a_counter_beside_the_enumerate_index_follows_the_original_too() -> None
     ("body", "after"),
     [
         ([SAVED, "n += 1"], 'print(f"{n} files")\n'),
+        ([SAVED, "n = n + 1"], 'print(f"{n} files")\n'),
         ([SAVED, "n += 1"], "\n\ndef written():\n    return n\n"),
         ([SAVED, "if out.sum() > 0:", "    n += 1"], ""),
         (["if out.sum() > 1e9:", "    continue", SAVED, "n += 1"], ""),
         ([SAVED, "n += 1", "n += 1"], ""),
     ],
-    ids=["read-after-the-loop", "read-by-a-function", "under-an-if", "after-a-continue", "grown-twice"],
+    ids=[
+        "read-after-the-loop",
+        "n-plus-one-read-after-the-loop",
+        "read-by-a-function",
+        "under-an-if",
+        "after-a-continue",
+        "grown-twice",
+    ],
 )
 def test_a_counter_the_processes_cannot_share_out_is_still_reported(body: list[str], after: str) -> None:
     # Read after the loop (a total: each process would have its own), or grown on some batches
@@ -395,7 +404,9 @@ solver.test()
 """
 
 
-@pytest.mark.parametrize(("after", "followed"), [("", True), ("        print(self.count)", False)], ids=["kept", "read"])
+@pytest.mark.parametrize(
+    ("after", "followed"), [("", True), ("        print(self.count)", False)], ids=["kept", "read"]
+)
 def test_an_attribute_counting_the_batches_is_followed_unless_read_after_the_loop(after: str, followed: bool) -> None:
     result = convert_source(SOLVER.format(after=after).encode(), Options(), path="solver.py")
     text, codes = result.output.decode(), {change.code for change in result.changes}

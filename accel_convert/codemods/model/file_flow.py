@@ -490,9 +490,11 @@ def per_batch_file_loaders(a: Analysis) -> None:
     the index the original gives them (``per_rank_loops``, :func:`_writes_its_own_batches`): the
     runtime and Accelerate deal a loader's batches round-robin, so the k-th batch of process p is
     the original's batch ``k * num_processes + p``, and with uneven batches allowed in that loop
-    (``join_uneven_inputs(..., even_batches=False)``) no batch is padded or repeated. That holds
-    where the loop keeps nothing across batches (nothing to gather: no sum, no list grown from
-    batch to batch, no other counter) and calls a prepared model (Join's joinable), and only where
+    (``join_uneven_inputs(..., even_batches=False)``) no batch is padded or repeated. A counter
+    of the loop's own naming the files (``n += 1`` per batch) follows the original's the same way
+    where nothing reads it after the loop (:func:`_counters_followed`). That holds where the loop
+    keeps nothing else across batches (nothing to gather: no sum, no list grown from batch to
+    batch, no counter read after it) and calls a prepared model (Join's joinable), and only where
     processes get whole batches (not with ``--split-batches`` or ``--fsdp``, whose forwards every
     process must run alike). Elsewhere the write is reported (ACC936).
 

@@ -14,14 +14,22 @@ per process (it keeps nothing from one batch to the next and calls a prepared mo
 - its first statement gives the index the original's value for this batch, ``i = i *
   accelerator.num_processes + accelerator.process_index`` (with ``enumerate(loader, 1)``:
   ``i = (i - 1) * ... + 1``), so names, prints and tests of ``i`` read what the original reads;
+- a counter of the loop's own that names the files (``n = 0`` before it, ``n += 1`` or ``n = n
+  + 1`` once per batch, read nowhere after it) starts at the original's value for this process's
+  first batch (``n += accelerator.process_index - (accelerator.num_processes - 1)`` before the
+  loop) and steps over the other processes' batches before each of its own (``n +=
+  accelerator.num_processes - 1``, the loop's first statement): the k-th batch of process p
+  sees what the original's batch ``k * N + p`` sees, before and after the loop's ``n += 1``;
 - its writes stay on every process (the side-effects and checkpoint rules ask the same owner), and
   ``accelerator.wait_for_everyone()`` follows the loop, so that whatever reads the files after it
   finds every one; so do its prints (StarGAN's ``Saved ... into {}`` per batch): each process
   prints the lines of its own batches, every line once.
 
 On one process the loop is the original's. Where the accelerator is not reachable the loop is
-left as it is and reported (ACC904). A loop that also gathers (sums, lists of predictions),
-and any such loop under ``--split-batches`` or ``--fsdp`` (no process gets whole batches of its
+left as it is and reported (ACC904). A loop that also gathers (sums, lists of predictions), one
+whose counter is read after it (a total: each process would have its own), grown on some
+batches only (under an ``if``, after a ``continue``) or bound outside a loop holding it, and
+any such loop under ``--split-batches`` or ``--fsdp`` (no process gets whole batches of its
 own there), is the per-batch-files check's (ACC936). With ``--target accelerate`` Accelerate
 joins uneven inputs on GPUs only: on several CPU processes its last round is evened out with
 repeated samples, and the files of those repeats are written too.
@@ -96,6 +104,56 @@ class PerRankFiles(Rule):
                         for i, (x, _) in enumerate(loader):
                             i = i * accelerator.num_processes + accelerator.process_index
                             torch.save(model(x), f"pred_{i}.pt")
+                    accelerator.wait_for_everyone()
+            """,
+        ),
+        Example(
+            # A counter of the loop's own names the files: each process's follows the original's.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                n = 0
+                with torch.no_grad():
+                    for x, _ in loader:
+                        n += 1
+                        torch.save(model(x), f"pred_{n}.pt")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                model.eval()
+                n = 0
+                with torch.no_grad():
+                    with accelerator.join_uneven_inputs([model], even_batches=False), accelerator.no_sync(model):
+                        n += accelerator.process_index - (accelerator.num_processes - 1)
+                        for x, _ in loader:
+                            n += accelerator.num_processes - 1
+                            n += 1
+                            torch.save(model(x), f"pred_{n}.pt")
                     accelerator.wait_for_everyone()
             """,
         ),
