@@ -55,7 +55,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import instance_class
-from accel_convert.codemods.model.locality import PerRankLoop, collects, per_batch_values
+from accel_convert.codemods.model.locality import PerRankLoop, collects, counter_step, per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis
@@ -611,21 +611,7 @@ def _grown_once_per_batch(body: Sequence[cst.BaseStatement], counter: str) -> bo
 def _adds_one(line: cst.BaseStatement, counter: str) -> bool:
     """``counter += 1`` or ``counter = counter + 1``, alone on its line."""
     small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-    if isinstance(small, cst.AugAssign):
-        return dotted(small.target) == counter and isinstance(small.operator, cst.AddAssign) and _is_one(small.value)
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or dotted(small.targets[0].target) != counter:
-        return False
-    value = small.value
-    return (
-        isinstance(value, cst.BinaryOperation)
-        and isinstance(value.operator, cst.Add)
-        and {dotted(value.left), dotted(value.right)} >= {counter}
-        and (_is_one(value.left) or _is_one(value.right))
-    )
-
-
-def _is_one(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Integer) and node.value == "1"
+    return small is not None and counter_step(small) == (counter, "1")
 
 
 def _counts_other_processes(line: cst.CSTNode, counter: str, attribute: str) -> bool:

@@ -394,27 +394,33 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     for line in run_once_per_batch(body):
         for small in line.body:
-            summed = adds_up(small)
-            if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
-                counters.add(counter)  # ``steps += 1``, ``self.count += 1``
-            elif (counter := _counted_up(small)) is not None:
-                counters.add(counter)  # ``steps = steps + 1``
+            step = counter_step(small)
+            if step is not None:
+                counters.add(step[0])  # ``steps += 1``, ``self.count += 1``, ``steps = steps + 1``
             appended = _appended_to(small)
             if appended is not None:
                 lists.add(appended)
     return PerBatchValues(frozenset(counters), frozenset(lists))
 
 
-def _counted_up(small: cst.BaseSmallStatement) -> str | None:
-    """``n`` of ``n = n + 1`` (or ``n = 1 + n``, any whole number); None for anything else."""
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+def counter_step(small: cst.BaseSmallStatement) -> tuple[str, str] | None:
+    """(the counter, the whole number it grows by) of ``n += 1``, ``self.count += 1``, ``n = n +
+    1`` or ``n = 1 + n``; None for anything else."""
+    summed = adds_up(small)
+    steps: tuple[cst.BaseExpression, ...]
+    if summed is not None:
+        counter, steps = dotted(summed.target), (summed.value,)
+    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.BinaryOperation):
+        value = small.value
+        counter = dotted(small.targets[0].target)
+        sides = (value.left, value.right)
+        if not isinstance(value.operator, cst.Add) or not any(dotted(side) == counter for side in sides):
+            return None
+        steps = sides
+    else:
         return None
-    counter, value = dotted(small.targets[0].target), small.value
-    if counter is None or not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, cst.Add):
-        return None
-    sides = (value.left, value.right)
-    counted = any(dotted(side) == counter for side in sides) and any(isinstance(side, cst.Integer) for side in sides)
-    return counter if counted else None
+    step = next((side for side in steps if isinstance(side, cst.Integer)), None)
+    return None if counter is None or step is None else (counter, step.value)
 
 
 def run_once_per_batch(statements: Sequence[cst.BaseStatement]) -> list[cst.SimpleStatementLine]:
