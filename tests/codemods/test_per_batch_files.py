@@ -362,6 +362,17 @@ def test_a_counter_the_processes_cannot_share_out_is_still_reported(body: list[s
     assert "join_uneven_inputs" not in text
 
 
+def test_a_global_counter_of_a_function_is_still_reported() -> None:
+    # ``global n`` in the function: another function may read the count after the loop.
+    source = COUNTED.format(target="x, _", loop="train_loader", body=f"        {SAVED}\n        n += 1", after="")
+    head, loop = source.split("n = 0\n")
+    indented = "".join(f"    {line}\n" for line in loop.splitlines())
+    source = f"{head}\n\ndef evaluate():\n    global n\n    n = 0\n{indented}\n\nevaluate()\n"
+    result = convert_source(source.encode(), Options(), path="evaluate.py")
+    assert "ACC936" in {change.code for change in result.changes}
+    assert "join_uneven_inputs" not in result.output.decode()
+
+
 def test_a_counter_bound_outside_an_enclosing_loop_is_still_reported() -> None:
     # Bound once before the epochs: the second evaluation starts from what the first left.
     source = COUNTED.format(target="x, _", loop="train_loader", body=f"        {SAVED}\n        n += 1", after="")
@@ -405,7 +416,9 @@ solver.test()
 
 
 @pytest.mark.parametrize(
-    ("after", "followed"), [("", True), ("        print(self.count)", False)], ids=["kept", "read"]
+    ("after", "followed"),
+    [("", True), ('        print("abca".count("a"))', True), ("        print(self.count)", False)],
+    ids=["kept", "method-of-that-name", "read"],
 )
 def test_an_attribute_counting_the_batches_is_followed_unless_read_after_the_loop(after: str, followed: bool) -> None:
     result = convert_source(SOLVER.format(after=after).encode(), Options(), path="solver.py")

@@ -664,12 +664,15 @@ def _binds(line: cst.BaseStatement, counter: str) -> bool:
 def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> bool:
     """Whether ``counter`` may be read anywhere but in the loop's ``body``: in its function (a local),
     or anywhere in the module (a global, which a function may read, or an attribute, which another
-    method may). Its own plain assignments are no reads, nor the conversion's own step to this
-    process's first batch (a script converted again); a function binding a local of the same name
-    reads its own."""
+    method may; a local another function declares ``global`` too). Its own plain assignments are
+    no reads, nor a method of that name called, nor the conversion's own step to this process's
+    first batch (a script converted again); a function binding a local of the same name reads its
+    own."""
     plain = "." not in counter
     attribute = counter.rsplit(".", 1)[-1]
     functions = [node for node in chain if isinstance(node, cst.FunctionDef)]
+    if plain and functions and not _own_local(functions[-1], counter):
+        return True  # ``global n``: another function may read it
     where = functions[-1] if plain and functions else chain[0]
     not_reads: set[int] = set()
     pending: list[cst.CSTNode] = [where]
@@ -687,6 +690,8 @@ def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> 
             not_reads.add(id(node.attr))
         elif isinstance(node, cst.Arg) and node.keyword is not None:
             not_reads.add(id(node.keyword))
+        elif isinstance(node, cst.Call):
+            not_reads.add(id(node.func))  # a method called (``text.count("a")``), not the counter read
         if id(node) not in not_reads and (
             (plain and isinstance(node, cst.Name) and node.value == counter)
             or (not plain and isinstance(node, cst.Attribute) and node.attr.value == attribute)
