@@ -36,6 +36,7 @@ from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.names import ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
+    assigns_at_top,
     binds_locally,
     bound_by,
     class_methods,
@@ -648,17 +649,8 @@ def _bound_before(chain: list[cst.CSTNode], counter: str) -> bool:
             bound = False  # bound outside a loop holding this one: the next round starts from what it left
         elif isinstance(parent, (cst.Module, cst.IndentedBlock)):
             before = parent.body[: next(index for index, line in enumerate(parent.body) if line is child)]
-            bound = bound or any(_binds(line, counter) for line in before)
+            bound = bound or assigns_at_top(before, counter)
     return bound
-
-
-def _binds(line: cst.BaseStatement, counter: str) -> bool:
-    """Whether ``line`` is a simple line assigning ``counter`` a value."""
-    return isinstance(line, cst.SimpleStatementLine) and any(
-        (isinstance(small, cst.Assign) and any(dotted(target.target) == counter for target in small.targets))
-        or (isinstance(small, cst.AnnAssign) and small.value is not None and dotted(small.target) == counter)
-        for small in line.body
-    )
 
 
 def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> bool:

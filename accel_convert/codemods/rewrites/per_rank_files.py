@@ -44,7 +44,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, dotted, nodes_in
+from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, dotted, nodes_in, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.model.locality import PerRankLoop, locality, locality_of
 
@@ -56,6 +56,8 @@ UNREACHABLE = (
     "a file written per evaluation batch where the accelerator is not reachable: the processes cannot write "
     "their own batches' files under the original's index"
 )
+#: Prints the accelerator's expression (``accelerator``, ``self.accelerator``) into the lines made.
+_CODE = cst.Module([])
 
 
 class PerRankFiles(Rule):
@@ -245,16 +247,6 @@ class _OwnBatchesWritten(RuleTransformer):
         def call(method: str, *args: cst.Arg) -> cst.Call:
             return cst.Call(cst.Attribute(accelerator, cst.Name(method)), args=args)
 
-        def attribute(name: str) -> cst.Attribute:
-            return cst.Attribute(accelerator, cst.Name(name))
-
-        others = cst.BinaryOperation(
-            attribute("num_processes"),
-            cst.Subtract(),
-            cst.Integer("1"),
-            lpar=[cst.LeftParen()],
-            rpar=[cst.RightParen()],
-        )
         first: list[cst.BaseStatement] = []
         if loop.index is not None:
             first.append(
@@ -268,10 +260,10 @@ class _OwnBatchesWritten(RuleTransformer):
         # Each counter steps over the other processes' batches before each batch of this one
         # (``n += P - 1``), starting from the original's value at this process's first batch
         # (``n += p - (P - 1)`` before the loop): its k-th batch is the original's ``k * P + p``.
-        first.extend(_grown(counter, others.with_changes(lpar=[], rpar=[])) for counter in loop.counters)
+        held = _CODE.code_for_node(accelerator)
+        first.extend(statement(f"{counter} += {held}.num_processes - 1") for counter in loop.counters)
         started = [
-            _grown(counter, cst.BinaryOperation(attribute("process_index"), cst.Subtract(), others))
-            for counter in loop.counters
+            statement(f"{counter} += {held}.process_index - ({held}.num_processes - 1)") for counter in loop.counters
         ]
         body = updated_node.body
         if isinstance(body, cst.IndentedBlock):
@@ -329,12 +321,6 @@ class _OwnBatchesWritten(RuleTransformer):
 
 def _line(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([small])
-
-
-def _grown(counter: str, by: cst.BaseExpression) -> cst.SimpleStatementLine:
-    """``counter += by``."""
-    target = cast(cst.BaseAssignTargetExpression, cst.parse_expression(counter))
-    return _line(cst.AugAssign(target, cst.AddAssign(), by))
 
 
 def _already_per_rank(node: cst.For, loop: PerRankLoop) -> bool:
