@@ -56,10 +56,10 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import instance_class
-from accel_convert.codemods.model.locality import PerRankLoop, collects, counter_step, per_batch_values
+from accel_convert.codemods.model.locality import collects, counter_step, per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
-from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.model.state import Analysis, PerRankLoop
 
 _EMPTY = cst.Module([])
 #: The part of a path pattern that may be anything (a character no path holds).

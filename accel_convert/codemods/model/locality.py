@@ -77,7 +77,7 @@ from accel_convert.codemods.model.recorder import (
     CallRecord,
     IfRecord,
 )
-from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.model.state import Analysis, PerRankLoop
 
 
 def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
@@ -835,20 +835,6 @@ RANK_NAMES = frozenset(
         "is_last_process",
     }
 )
-
-
-@dataclass(frozen=True)
-class PerRankLoop:
-    """An evaluation loop whose processes each run their own batches and write their files under
-    the names the original gives them (see :func:`codemods.model.file_flow.per_batch_file_loaders`)."""
-
-    #: Its ``enumerate`` index (``i`` of ``for i, batch in enumerate(loader)``); None without one.
-    index: str | None
-    #: Counters of its own the loop names files by (``n``, ``self.count``): bound before the loop,
-    #: grown by one per batch at the top of its body, read nowhere after it.
-    counters: tuple[str, ...]
-    #: The prepared models it calls (``join_uneven_inputs`` joins them).
-    models: tuple[str, ...]
 
 
 @dataclass(frozen=True, eq=False, repr=False)

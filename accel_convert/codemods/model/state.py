@@ -9,6 +9,7 @@ Providers (:mod:`codemods.model.provider`) read and fill it in the order
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -22,8 +23,21 @@ if TYPE_CHECKING:
     from accel_convert.codemods.engine.names import ScopeKey
     from accel_convert.codemods.engine.positions import OriginIndex
     from accel_convert.codemods.engine.program_seeds import ProgramSeeds
-    from accel_convert.codemods.model.locality import PerRankLoop
     from accel_convert.codemods.model.recorder import CallRecord, LoopRecord, Recorder
+
+
+@dataclass(frozen=True)
+class PerRankLoop:
+    """An evaluation loop whose processes each run their own batches and write their files under
+    the names the original gives them (see :func:`codemods.model.file_flow.per_batch_file_loaders`)."""
+
+    #: Its ``enumerate`` index (``i`` of ``for i, batch in enumerate(loader)``); None without one.
+    index: str | None
+    #: Counters of its own the loop names files by (``n``, ``self.count``): bound before the loop,
+    #: grown by one per batch at the top of its body, read nowhere after it.
+    counters: tuple[str, ...]
+    #: The prepared models it calls (``join_uneven_inputs`` joins them).
+    models: tuple[str, ...]
 
 
 class Analysis:

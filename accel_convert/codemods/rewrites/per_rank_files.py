@@ -46,7 +46,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, dotted, nodes_in, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.model.locality import PerRankLoop, locality, locality_of
+from accel_convert.codemods.model.locality import locality, locality_of
 
 MESSAGE = (
     "a file written per evaluation batch: each process writes its own batches' files under the original's "
@@ -227,7 +227,9 @@ class _OwnBatchesWritten(RuleTransformer):
         self._where: dict[int, tuple[bool, bool]] = {}
 
     def visit_For(self, node: cst.For) -> None:
-        if self.runs_per_rank(node) and not _already_per_rank(node, self._loops[self.site(node).line]):
+        loop = self._loops.get(self.site(node).line) if self.runs_per_rank(node) else None
+        counted = None if loop is None else loop.index or next(iter(loop.counters), None)
+        if loop is not None and not _already_per_rank(node, counted):
             self._where[id(node)] = (self.accelerator_reachable(), self.every_rank_reaches_here(node))
 
     def leave_For(
@@ -323,14 +325,13 @@ def _line(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([small])
 
 
-def _already_per_rank(node: cst.For, loop: PerRankLoop) -> bool:
-    """Whether the loop's first statement already gives its index (or its first counter) the
-    original's value (a converted script converted again): ``i = i * accelerator.num_processes +
+def _already_per_rank(node: cst.For, counted: str | None) -> bool:
+    """Whether the loop's first statement already gives ``counted`` (its index, or else its first
+    counter) the original's value (a converted script converted again): ``i = i * accelerator.num_processes +
     ...``, ``n += accelerator.num_processes - 1``."""
     body = node.body
     first = body.body[0] if isinstance(body, cst.IndentedBlock) and body.body else None
     small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and first.body else None
-    counted = loop.index if loop.index is not None else (loop.counters[0] if loop.counters else None)
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
         target: cst.BaseExpression = small.targets[0].target
     elif isinstance(small, cst.AugAssign):
