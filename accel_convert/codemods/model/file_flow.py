@@ -539,17 +539,8 @@ def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> PerRankLoop | None
     counters = _counters_followed(a, loop.node, per_batch_values(loop.node, builtin).counters - {index})
     if counters is None or (index is None and not counters):
         return None
-    # Bound afresh each batch (``x_fake_list = [x_real]``); ``total += ...`` grows, it binds nothing new.
-    bound_per_batch = {
-        name for node in nodes_in(loop.node) if type(node) is not cst.AugAssign for name in bound_by(node)
-    }
-    for node in nodes_in(loop.node.body):
-        grown: cst.BaseExpression | None = node.target if isinstance(node, cst.AugAssign) else None
-        if grown is None and collects(node):
-            grown = cast(cst.Attribute, cast(cst.Call, node).func).value
-        root = None if grown is None else (dotted(grown) or "").split(".")[0]
-        if grown is not None and root not in bound_per_batch and dotted(grown) not in counters:
-            return None
+    if _keeps_across_batches(loop.node, counters):
+        return None
     models = sorted(
         {
             name
@@ -558,6 +549,21 @@ def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> PerRankLoop | None
         }
     )
     return PerRankLoop(index, counters, tuple(models)) if models else None
+
+
+def _keeps_across_batches(loop: cst.For, counters: tuple[str, ...]) -> bool:
+    """Whether ``loop`` grows something from one batch to the next (a sum, a list or meter bound
+    before it) but the ``counters`` followed."""
+    # Bound afresh each batch (``x_fake_list = [x_real]``); ``total += ...`` grows, it binds nothing new.
+    bound_per_batch = {name for node in nodes_in(loop) if type(node) is not cst.AugAssign for name in bound_by(node)}
+    for node in nodes_in(loop.body):
+        grown: cst.BaseExpression | None = node.target if isinstance(node, cst.AugAssign) else None
+        if grown is None and collects(node):
+            grown = cast(cst.Attribute, cast(cst.Call, node).func).value
+        root = None if grown is None else (dotted(grown) or "").split(".")[0]
+        if grown is not None and root not in bound_per_batch and dotted(grown) not in counters:
+            return True
+    return False
 
 
 def _counters_followed(a: Analysis, loop: cst.For, counters: AbstractSet[str]) -> tuple[str, ...] | None:
@@ -660,9 +666,8 @@ def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> 
     no reads, nor a method of that name called, nor the conversion's own step to this process's
     first batch (a script converted again); a function binding a local of the same name reads its
     own."""
-    plain = "." not in counter
-    attribute = counter.rsplit(".", 1)[-1]
     functions = [node for node in chain if isinstance(node, cst.FunctionDef)]
+    plain = "." not in counter
     if plain and functions and not _own_local(functions[-1], counter):
         return True  # ``global n``: another function may read it
     where = functions[-1] if plain and functions else chain[0]
@@ -670,27 +675,43 @@ def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> 
     pending: list[cst.CSTNode] = [where]
     while pending:
         node = pending.pop()
-        if node is body or _counts_other_processes(node, counter, "process_index"):
+        if _reads_none_of_it(node, where, counter, body):
             continue
-        if node is not where and isinstance(node, cst.FunctionDef) and plain and _own_local(node, counter):
-            continue
-        if isinstance(node, cst.Assign):
-            not_reads.update(id(target.target) for target in node.targets if dotted(target.target) == counter)
-        elif isinstance(node, cst.AnnAssign) and dotted(node.target) == counter:
-            not_reads.add(id(node.target))
-        elif isinstance(node, cst.Attribute) and plain:
-            not_reads.add(id(node.attr))
-        elif isinstance(node, cst.Arg) and node.keyword is not None:
-            not_reads.add(id(node.keyword))
-        elif isinstance(node, cst.Call):
-            not_reads.add(id(node.func))  # a method called (``text.count("a")``), not the counter read
-        if id(node) not in not_reads and (
-            (plain and isinstance(node, cst.Name) and node.value == counter)
-            or (not plain and isinstance(node, cst.Attribute) and node.attr.value == attribute)
-        ):
+        not_reads.update(_no_reads_under(node, counter))
+        if id(node) not in not_reads and _names_counter(node, counter):
             return True
         pending.extend(child_nodes(node))
     return False
+
+
+def _reads_none_of_it(node: cst.CSTNode, where: cst.CSTNode, counter: str, body: cst.CSTNode) -> bool:
+    """The loop's body, the conversion's own step before the loop, a function with a local of that name."""
+    if node is body or _counts_other_processes(node, counter, "process_index"):
+        return True
+    return node is not where and isinstance(node, cst.FunctionDef) and "." not in counter and _own_local(node, counter)
+
+
+def _no_reads_under(node: cst.CSTNode, counter: str) -> list[int]:
+    """The nodes under ``node`` naming ``counter`` (or a name of that spelling) without reading it: a
+    plain assignment's target, an attribute's name, a keyword, a method called."""
+    if isinstance(node, cst.Assign):
+        return [id(target.target) for target in node.targets if dotted(target.target) == counter]
+    if isinstance(node, cst.AnnAssign) and dotted(node.target) == counter:
+        return [id(node.target)]
+    if isinstance(node, cst.Attribute) and "." not in counter:
+        return [id(node.attr)]
+    if isinstance(node, cst.Arg) and node.keyword is not None:
+        return [id(node.keyword)]
+    if isinstance(node, cst.Call):
+        return [id(node.func)]  # a method called (``text.count("a")``), not the counter read
+    return []
+
+
+def _names_counter(node: cst.CSTNode, counter: str) -> bool:
+    """``n`` for the counter ``n``; any ``x.count`` for ``self.count`` (another object's too)."""
+    if "." not in counter:
+        return isinstance(node, cst.Name) and node.value == counter
+    return isinstance(node, cst.Attribute) and node.attr.value == counter.rsplit(".", 1)[-1]
 
 
 def _own_local(function: cst.FunctionDef, name: str) -> bool:
