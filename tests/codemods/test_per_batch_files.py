@@ -2,7 +2,8 @@
 or a per-batch counter, keeps its loader unprepared (every rank runs it whole, the main process
 writes every file the original writes); over a loader a training loop iterates too, which stays
 prepared, each process writes its own batches' files under the original's index (ACC126) where
-the loop keeps nothing across batches, and the write is reported otherwise. Files named otherwise, files opened for reading and loops over
+the loop keeps nothing across batches (a counter of its own naming the files, read nowhere after
+the loop, is followed too), and the write is reported otherwise. Files named otherwise, files opened for reading and loops over
 loaders nothing prepares are not reported. Also: a write after the gathered forward keeps its own
 position for every rule that runs after the gather."""
 
@@ -40,6 +41,7 @@ with torch.no_grad():
         out = model(x.to(device))
         n += 1
         {write}
+print(f"{{n}} batches")
 """
 
 WRITE_LINE = 24
@@ -78,8 +80,9 @@ def test_an_evaluation_writing_a_file_per_batch_runs_unsharded_and_writes_on_the
 
 @PER_BATCH_WRITES
 def test_a_file_per_batch_of_a_loader_training_iterates_too_is_reported_at_the_write(write: str) -> None:
-    # The loop counts its batches by hand too (``n += 1``): each process would count its own, so
-    # it cannot write its batches under the original's index (ACC126); the write is reported.
+    # The loop counts its batches by hand too (``n += 1``) and the count is printed after it: each
+    # process would print its own, so it cannot write its batches under the original's index
+    # (ACC126); the write is reported.
     found = [change for change in changes("i, (x, _)", "enumerate(train_loader)", write) if change.code == "ACC936"]
     assert [(change.line, change.fixed) for change in found] == [(WRITE_LINE, False)]
 
@@ -264,3 +267,162 @@ def test_where_processes_get_no_whole_batches_the_write_is_reported(options: Opt
     text, codes = own_batches("enumerate(train_loader)", options=options)
     assert "ACC936" in codes and "ACC126" not in codes
     assert "join_uneven_inputs" not in text
+
+
+COUNTED = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+model.eval()
+n = 0
+with torch.no_grad():
+    for {target} in {loop}:
+        out = model(x)
+{body}
+{after}"""
+
+SAVED = 'torch.save(out, f"preds/batch_{n}.pt")'
+
+
+def counted(body: list[str], after: str = "", loop: str = "train_loader", target: str = "x, _") -> tuple[str, set[str]]:
+    lines = "\n".join(" " * 8 + line for line in body)
+    source = COUNTED.format(target=target, loop=loop, body=lines, after=after)
+    result = convert_source(source.encode(), Options(), path="evaluate.py")
+    return result.output.decode(), {change.code for change in result.changes}
+
+
+STARTED = "        n += accelerator.process_index - (accelerator.num_processes - 1)\n"
+STEPPED = "            n += accelerator.num_processes - 1\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [[SAVED, "n += 1"], ["n += 1", SAVED], ["n = n + 1", SAVED]],
+    ids=["named-then-counted", "counted-then-named", "n-plus-one"],
+)
+def test_a_counter_of_the_loops_own_follows_the_original_on_each_process(body: list[str]) -> None:
+    # Process p's k-th batch is the original's batch k * P + p: its counter starts at the
+    # original's value there and steps over the other processes' batches before each of its own.
+    text, codes = counted(body)
+    assert "ACC126" in codes and "ACC936" not in codes
+    assert "with accelerator.join_uneven_inputs([model], even_batches=False), accelerator.no_sync(model):" in text
+    assert f"{STARTED}        for x, _ in train_loader:\n{STEPPED}" in text
+    assert f"            {SAVED}\n" in text  # on every process
+    assert "gather" not in text and "is_main_process" not in text
+    again = convert_source(text.encode(), Options(), path="evaluate.py")
+    assert again.output.decode() == text
+    assert "ACC936" not in {change.code for change in again.changes}
+
+
+def test_a_counter_beside_the_enumerate_index_follows_the_original_too() -> None:
+    text, codes = counted(
+        ['torch.save(out, f"preds/{i}_{n}.pt")', "n += 1"], loop="enumerate(train_loader)", target="i, (x, _)"
+    )
+    assert "ACC126" in codes and "ACC936" not in codes
+    assert (
+        f"{STARTED}        for i, (x, _) in enumerate(train_loader):\n"
+        f"            i = i * accelerator.num_processes + accelerator.process_index\n{STEPPED}"
+    ) in text
+    assert convert_source(text.encode(), Options(), path="evaluate.py").output.decode() == text
+
+
+@pytest.mark.parametrize(
+    ("body", "after"),
+    [
+        ([SAVED, "n += 1"], 'print(f"{n} files")\n'),
+        ([SAVED, "n = n + 1"], 'print(f"{n} files")\n'),
+        ([SAVED, "n += 1"], "\n\ndef written():\n    return n\n"),
+        ([SAVED, "if out.sum() > 0:", "    n += 1"], ""),
+        (["if out.sum() > 1e9:", "    continue", SAVED, "n += 1"], ""),
+        ([SAVED, "n += 1", "n += 1"], ""),
+    ],
+    ids=[
+        "read-after-the-loop",
+        "n-plus-one-read-after-the-loop",
+        "read-by-a-function",
+        "under-an-if",
+        "after-a-continue",
+        "grown-twice",
+    ],
+)
+def test_a_counter_the_processes_cannot_share_out_is_still_reported(body: list[str], after: str) -> None:
+    # Read after the loop (a total: each process would have its own), or grown on some batches
+    # only: each process's count cannot be told from its batches, so the write is reported.
+    text, codes = counted(body, after)
+    assert "ACC936" in codes and "ACC126" not in codes
+    assert "join_uneven_inputs" not in text
+
+
+def test_a_global_counter_of_a_function_is_still_reported() -> None:
+    # ``global n`` in the function: another function may read the count after the loop.
+    source = COUNTED.format(target="x, _", loop="train_loader", body=f"        {SAVED}\n        n += 1", after="")
+    head, loop = source.split("n = 0\n")
+    indented = "".join(f"    {line}\n" for line in loop.splitlines())
+    source = f"{head}\n\ndef evaluate():\n    global n\n    n = 0\n{indented}\n\nevaluate()\n"
+    result = convert_source(source.encode(), Options(), path="evaluate.py")
+    assert "ACC936" in {change.code for change in result.changes}
+    assert "join_uneven_inputs" not in result.output.decode()
+
+
+def test_a_counter_bound_outside_an_enclosing_loop_is_still_reported() -> None:
+    # Bound once before the epochs: the second evaluation starts from what the first left.
+    source = COUNTED.format(target="x, _", loop="train_loader", body=f"        {SAVED}\n        n += 1", after="")
+    source = source.replace("with torch.no_grad():\n    for", "for epoch in range(2):\n    for")
+    result = convert_source(source.encode(), Options(), path="evaluate.py")
+    assert "ACC936" in {change.code for change in result.changes}
+    assert "join_uneven_inputs" not in result.output.decode()
+
+
+SOLVER = """\
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Solver:
+    def __init__(self):
+        self.model = nn.Linear(8, 2)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+
+    def train(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+
+    def test(self):
+        self.count = 0
+        with torch.no_grad():
+            for x, _ in self.loader:
+                np.save(f"{{self.count}}-preds.npy", self.model(x).numpy())
+                self.count += 1
+{after}
+
+solver = Solver()
+solver.train()
+solver.test()
+"""
+
+
+@pytest.mark.parametrize(
+    ("after", "followed"),
+    [("", True), ('        print("abca".count("a"))', True), ("        print(self.count)", False)],
+    ids=["kept", "method-of-that-name", "read"],
+)
+def test_an_attribute_counting_the_batches_is_followed_unless_read_after_the_loop(after: str, followed: bool) -> None:
+    result = convert_source(SOLVER.format(after=after).encode(), Options(), path="solver.py")
+    text, codes = result.output.decode(), {change.code for change in result.changes}
+    assert ("ACC126" in codes, "ACC936" in codes) == (followed, not followed)
+    started = "self.count += self.accelerator.process_index - (self.accelerator.num_processes - 1)"
+    assert (started in text) == followed

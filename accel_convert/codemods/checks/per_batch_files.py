@@ -16,10 +16,13 @@ loader keep it unprepared, and the helpers it is handed to receive every batch, 
 Over a loader that stays prepared because a training loop iterates it too (StarGAN's ``test()``
 over the loader ``train()`` trains on), each process writes its own batches' files under the
 original's index where the loop keeps nothing from one batch to the next (the per-rank-files
-rewrite, ACC126). What is reported is such a loop that keeps a sum, a list or a counter of its
-own across batches (predictions written per batch of the training set and a loss summed): collect the gathered values and
-write them once after the loop, or name each file by its samples rather than by the batch
-counter. The same holds for a counter the loop adds 1 to per batch (``n += 1``), for a path built
+rewrite, ACC126), and so does a loop naming its files by a counter of its own (``n = 0`` before
+it, ``n += 1`` or ``n = n + 1`` once per batch) that nothing reads after the loop. What is
+reported is such a loop that keeps a sum or a list across batches (predictions written per batch
+of the training set and a loss summed), or a counter each process would end with its own value
+of (read after the loop: a total; grown under an ``if`` or after a ``continue``): collect the
+gathered values and write them once after the loop, or name each file by its samples rather than
+by the batch counter. The same holds for a path built
 from the counter on an earlier line of the loop (``path = f"results/{i}.png"``, then
 ``save_image(out, path)``), and for the script's own function that writes a file to the path it
 is given (``def save_image(pixels, path): with open(path, "wb") ...``).

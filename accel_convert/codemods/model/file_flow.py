@@ -23,7 +23,8 @@ written, and :func:`per_batch_writes` tells the check (ACC936) where that cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import cast
 
@@ -35,6 +36,8 @@ from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.names import ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
+    assigns_at_top,
+    binds_locally,
     bound_by,
     class_methods,
     dotted,
@@ -51,11 +54,12 @@ from accel_convert.codemods.engine.torch_names import (
     WRITING_FUNCTIONS,
     WRITING_METHODS,
 )
+from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import instance_class
-from accel_convert.codemods.model.locality import collects, per_batch_values
+from accel_convert.codemods.model.locality import collects, counter_step, per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
-from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.model.state import Analysis, PerRankLoop
 
 _EMPTY = cst.Module([])
 #: The part of a path pattern that may be anything (a character no path holds).
@@ -497,9 +501,11 @@ def per_batch_file_loaders(a: Analysis) -> None:
     the index the original gives them (``per_rank_loops``, :func:`_writes_its_own_batches`): the
     runtime and Accelerate deal a loader's batches round-robin, so the k-th batch of process p is
     the original's batch ``k * num_processes + p``, and with uneven batches allowed in that loop
-    (``join_uneven_inputs(..., even_batches=False)``) no batch is padded or repeated. That holds
-    where the loop keeps nothing across batches (nothing to gather: no sum, no list grown from
-    batch to batch, no other counter) and calls a prepared model (Join's joinable), and only where
+    (``join_uneven_inputs(..., even_batches=False)``) no batch is padded or repeated. A counter
+    of the loop's own naming the files (``n += 1`` per batch) follows the original's the same way
+    where nothing reads it after the loop (:func:`_counters_followed`). That holds where the loop
+    keeps nothing else across batches (nothing to gather: no sum, no list grown from batch to
+    batch, no counter read after it) and calls a prepared model (Join's joinable), and only where
     processes get whole batches (not with ``--split-batches`` or ``--fsdp``, whose forwards every
     process must run alike). Elsewhere the write is reported (ACC936).
 
@@ -532,27 +538,19 @@ def per_batch_file_loaders(a: Analysis) -> None:
             a.per_rank_loops[a.site(loop.node).line] = own
 
 
-def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> tuple[str, tuple[str, ...]] | None:
-    """(the index, the prepared models it calls) of a loop writing a file per batch that each
-    process can run over its own batches, naming them by the original's index: it counts its
-    batches with ``enumerate`` only, keeps nothing from one batch to the next (a sum, a list or
-    meter bound before the loop: those would need a gather), and calls a prepared model. None
-    for any other loop."""
+def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> PerRankLoop | None:
+    """How a loop writing a file per batch that each process can run over its own batches counts
+    them, naming them by the original's index: with ``enumerate``, with counters of its own that
+    can follow the original's (:func:`_counters_followed`), or both; it keeps nothing else from
+    one batch to the next (a sum, a list or meter bound before the loop: those would need a
+    gather), and calls a prepared model. None for any other loop."""
     builtin = builtins_at(a.r.names, loop.scope)
     index = enumerate_index(loop.node, builtin)
-    if index is None or per_batch_values(loop.node, builtin).counters != {index}:
+    counters = _counters_followed(a, loop.node, per_batch_values(loop.node, builtin).counters - {index})
+    if counters is None or (index is None and not counters):
         return None
-    # Bound afresh each batch (``x_fake_list = [x_real]``); ``total += ...`` grows, it binds nothing new.
-    bound_per_batch = {
-        name for node in nodes_in(loop.node) if type(node) is not cst.AugAssign for name in bound_by(node)
-    }
-    for node in nodes_in(loop.node.body):
-        grown: cst.BaseExpression | None = node.target if isinstance(node, cst.AugAssign) else None
-        if grown is None and collects(node):
-            grown = cast(cst.Attribute, cast(cst.Call, node).func).value
-        root = None if grown is None else (dotted(grown) or "").split(".")[0]
-        if grown is not None and root not in bound_per_batch:
-            return None
+    if _keeps_across_batches(loop.node, counters):
+        return None
     models = sorted(
         {
             name
@@ -560,7 +558,179 @@ def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> tuple[str, tuple[s
             if loop in call.loops and (name := dotted(call.node.func)) is not None and name in a.facts.models
         }
     )
-    return (index, tuple(models)) if models else None
+    return PerRankLoop(index, counters, tuple(models)) if models else None
+
+
+def _keeps_across_batches(loop: cst.For, counters: tuple[str, ...]) -> bool:
+    """Whether ``loop`` grows something from one batch to the next (a sum, a list or meter bound
+    before it) but the ``counters`` followed."""
+    # Bound afresh each batch (``x_fake_list = [x_real]``); ``total += ...`` grows, it binds nothing new.
+    bound_per_batch = {name for node in nodes_in(loop) if type(node) is not cst.AugAssign for name in bound_by(node)}
+    for node in nodes_in(loop.body):
+        grown: cst.BaseExpression | None = node.target if isinstance(node, cst.AugAssign) else None
+        if grown is None and collects(node):
+            grown = cast(cst.Attribute, cast(cst.Call, node).func).value
+        root = None if grown is None else (dotted(grown) or "").split(".")[0]
+        if grown is not None and root not in bound_per_batch and dotted(grown) not in counters:
+            return True
+    return False
+
+
+def _counters_followed(a: Analysis, loop: cst.For, counters: AbstractSet[str]) -> tuple[str, ...] | None:
+    """``counters`` (a loop's own, ``n += 1`` per batch, besides its ``enumerate`` index) in order,
+    where each process's can take the values the original's takes for that process's batches:
+    each is bound before the loop (on the way to it, inside whatever loop holds it: every time the
+    loop starts it starts from that value), grown by one at the top level of the loop's body
+    (``n += 1``, ``n = n + 1``: no ``if``, ``continue`` or ``break`` before it skips it) and
+    bound nowhere else in the loop, and read nowhere outside the loop's body (a total printed
+    after it would be one process's count). None where one of them is not so."""
+    if not counters:
+        return ()
+    chain = None if a.module is None else _chain_to(a.module, loop)
+    if chain is None or not isinstance(loop.body, cst.IndentedBlock):
+        return None
+    for counter in counters:
+        if not (
+            _grown_once_per_batch(loop.body.body, counter)
+            and _bound_before(chain, counter)
+            and not _read_outside(chain, counter, loop.body)
+        ):
+            return None
+    return tuple(sorted(counters))
+
+
+def _chain_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """The nodes from ``root`` down to ``target`` (both included); None when it is not there."""
+    pending: list[list[cst.CSTNode]] = [[root]]
+    while pending:
+        path = pending.pop()
+        if path[-1] is target:
+            return path
+        pending.extend([*path, child] for child in child_nodes(path[-1]))
+    return None
+
+
+def _grown_once_per_batch(body: Sequence[cst.BaseStatement], counter: str) -> bool:
+    """Whether ``counter`` grows by one on a line of its own at the top level of a loop's ``body``,
+    no ``continue`` or ``break`` of the loop before it, and nothing else in the loop binds it but
+    the conversion's own step over the other processes' batches (a script converted again)."""
+    steps = [index for index, line in enumerate(body) if _adds_one(line, counter)]
+    if len(steps) != 1 or any(_leaves_iteration(line) for line in body[: steps[0]]):
+        return False
+    allowed = {id(body[steps[0]])}
+    # The step stands first, or after the index the conversion rebinds.
+    allowed.update(
+        id(line) for line in body[: min(steps[0], 2)] if _counts_other_processes(line, counter, "num_processes")
+    )
+    return not any(counter in bound_by(node) for line in body if id(line) not in allowed for node in nodes_in(line))
+
+
+def _adds_one(line: cst.BaseStatement, counter: str) -> bool:
+    """``counter += 1`` or ``counter = counter + 1``, alone on its line."""
+    small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+    return small is not None and counter_step(small) == (counter, "1")
+
+
+def _counts_other_processes(line: cst.CSTNode, counter: str, attribute: str) -> bool:
+    """Whether ``line`` is the conversion's own ``counter += ...`` reading the accelerator's
+    ``attribute`` (``num_processes``, ``process_index``): a script converted again."""
+    small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else line
+    return (
+        isinstance(small, cst.AugAssign)
+        and dotted(small.target) == counter
+        and any(isinstance(node, cst.Attribute) and node.attr.value == attribute for node in nodes_in(small.value))
+    )
+
+
+def _leaves_iteration(line: cst.CSTNode) -> bool:
+    """Whether ``line`` holds a ``continue`` or ``break`` of the loop it stands in (not of a loop
+    or function inside it)."""
+    pending = [line]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.Continue, cst.Break)):
+            return True
+        if not isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)) or node is line:
+            pending.extend(child_nodes(node))
+    return False
+
+
+def _bound_before(chain: list[cst.CSTNode], counter: str) -> bool:
+    """Whether a line before the loop at the end of ``chain`` binds ``counter`` (``n = 0``, ``self.count
+    = 0``) on the way to it from its function (or the module), inside every loop holding it."""
+    start = max(index for index, node in enumerate(chain) if isinstance(node, (cst.Module, cst.FunctionDef)))
+    bound = False
+    for parent, child in zip(chain[start:], chain[start + 1 :]):
+        if isinstance(parent, (cst.For, cst.While, cst.ClassDef, cst.Lambda)):
+            bound = False  # bound outside a loop holding this one: the next round starts from what it left
+        elif isinstance(parent, (cst.Module, cst.IndentedBlock)):
+            before = parent.body[: next(index for index, line in enumerate(parent.body) if line is child)]
+            bound = bound or assigns_at_top(before, counter)
+    return bound
+
+
+def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> bool:
+    """Whether ``counter`` may be read anywhere but in the loop's ``body``: in its function (a local),
+    or anywhere in the module (a global, which a function may read, or an attribute, which another
+    method may; a local another function declares ``global`` too). Its own plain assignments are
+    no reads, nor a method of that name called, nor the conversion's own step to this process's
+    first batch (a script converted again); a function binding a local of the same name reads its
+    own."""
+    functions = [node for node in chain if isinstance(node, cst.FunctionDef)]
+    plain = "." not in counter
+    if plain and functions and not _own_local(functions[-1], counter):
+        return True  # ``global n``: another function may read it
+    where = functions[-1] if plain and functions else chain[0]
+    not_reads: set[int] = set()
+    pending: list[cst.CSTNode] = [where]
+    while pending:
+        node = pending.pop()
+        if _reads_none_of_it(node, where, counter, body):
+            continue
+        not_reads.update(_no_reads_under(node, counter))
+        if id(node) not in not_reads and _names_counter(node, counter):
+            return True
+        pending.extend(child_nodes(node))
+    return False
+
+
+def _reads_none_of_it(node: cst.CSTNode, where: cst.CSTNode, counter: str, body: cst.CSTNode) -> bool:
+    """The loop's body, the conversion's own step before the loop, a function with a local of that name."""
+    if node is body or _counts_other_processes(node, counter, "process_index"):
+        return True
+    return node is not where and isinstance(node, cst.FunctionDef) and "." not in counter and _own_local(node, counter)
+
+
+def _no_reads_under(node: cst.CSTNode, counter: str) -> list[int]:
+    """The nodes under ``node`` naming ``counter`` (or a name of that spelling) without reading it: a
+    plain assignment's target, an attribute's name, a keyword, a method called."""
+    if isinstance(node, cst.Assign):
+        return [id(target.target) for target in node.targets if dotted(target.target) == counter]
+    if isinstance(node, cst.AnnAssign) and dotted(node.target) == counter:
+        return [id(node.target)]
+    if isinstance(node, cst.Attribute) and "." not in counter:
+        return [id(node.attr)]
+    if isinstance(node, cst.Arg) and node.keyword is not None:
+        return [id(node.keyword)]
+    if isinstance(node, cst.Call):
+        return [id(node.func)]  # a method called (``text.count("a")``), not the counter read
+    return []
+
+
+def _names_counter(node: cst.CSTNode, counter: str) -> bool:
+    """``n`` for the counter ``n``; any ``x.count`` for ``self.count`` (another object's too)."""
+    if "." not in counter:
+        return isinstance(node, cst.Name) and node.value == counter
+    return isinstance(node, cst.Attribute) and node.attr.value == counter.rsplit(".", 1)[-1]
+
+
+def _own_local(function: cst.FunctionDef, name: str) -> bool:
+    """Whether ``name`` is a local of ``function`` (not declared ``global`` or ``nonlocal`` there)."""
+    declared = any(
+        isinstance(node, (cst.Global, cst.Nonlocal)) and any(item.name.value == name for item in node.names)
+        for node in nodes_in(function.body)
+    )
+    return not declared and binds_locally(function, name)
 
 
 def _loader_parameters(a: Analysis, function: str, origins: set[str]) -> set[tuple[str, int, str]]:

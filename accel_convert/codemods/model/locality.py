@@ -79,7 +79,7 @@ from accel_convert.codemods.model.recorder import (
     CallRecord,
     IfRecord,
 )
-from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.model.state import Analysis, PerRankLoop
 
 
 def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
@@ -454,13 +454,33 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     for line in run_once_per_batch(body):
         for small in line.body:
-            summed = adds_up(small)
-            if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
-                counters.add(counter)  # ``steps += 1``, ``self.count += 1``
+            step = counter_step(small)
+            if step is not None:
+                counters.add(step[0])  # ``steps += 1``, ``self.count += 1``, ``steps = steps + 1``
             appended = _appended_to(small)
             if appended is not None:
                 lists.add(appended)
     return PerBatchValues(frozenset(counters), frozenset(lists))
+
+
+def counter_step(small: cst.BaseSmallStatement) -> tuple[str, str] | None:
+    """(the counter, the whole number it grows by) of ``n += 1``, ``self.count += 1``, ``n = n +
+    1`` or ``n = 1 + n``; None for anything else."""
+    summed = adds_up(small)
+    steps: tuple[cst.BaseExpression, ...]
+    if summed is not None:
+        counter, steps = dotted(summed.target), (summed.value,)
+    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.BinaryOperation):
+        value = small.value
+        counter = dotted(small.targets[0].target)
+        sides = (value.left, value.right)
+        if not isinstance(value.operator, cst.Add) or not any(dotted(side) == counter for side in sides):
+            return None
+        steps = sides
+    else:
+        return None
+    step = next((side for side in steps if isinstance(side, cst.Integer)), None)
+    return None if counter is None or step is None else (counter, step.value)
 
 
 def run_once_per_batch(statements: Sequence[cst.BaseStatement]) -> list[cst.SimpleStatementLine]:
@@ -928,10 +948,11 @@ class Locality:
     #: methods among them (:attr:`ProgramSeeds.called_on_some_ranks`).
     program_calls_on_some_ranks: frozenset[str] = frozenset()
     #: Original line of each evaluation loop over a prepared loader in which every process runs
-    #: its own batches, unevenly, and writes their files under the original's index → (the
-    #: index, the prepared models it calls): see ``file_flow.per_batch_file_loaders``. No
-    #: barrier goes inside one, and its writes stay on every process.
-    per_rank_loops: Mapping[int, tuple[str, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
+    #: its own batches, unevenly, and writes their files under the original's index → how it
+    #: counts its batches and the prepared models it calls: see
+    #: ``file_flow.per_batch_file_loaders``. No barrier goes inside one, and its writes stay on
+    #: every process.
+    per_rank_loops: Mapping[int, PerRankLoop] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def per_process_values(self) -> frozenset[str]:

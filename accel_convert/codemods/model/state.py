@@ -9,6 +9,7 @@ Providers (:mod:`codemods.model.provider`) read and fill it in the order
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -23,6 +24,20 @@ if TYPE_CHECKING:
     from accel_convert.codemods.engine.positions import OriginIndex
     from accel_convert.codemods.engine.program_seeds import ProgramSeeds
     from accel_convert.codemods.model.recorder import CallRecord, LoopRecord, Recorder
+
+
+@dataclass(frozen=True)
+class PerRankLoop:
+    """An evaluation loop whose processes each run their own batches and write their files under
+    the names the original gives them (see :func:`codemods.model.file_flow.per_batch_file_loaders`)."""
+
+    #: Its ``enumerate`` index (``i`` of ``for i, batch in enumerate(loader)``); None without one.
+    index: str | None
+    #: Counters of its own the loop names files by (``n``, ``self.count``): bound before the loop,
+    #: grown by one per batch at the top of its body, read nowhere after it.
+    counters: tuple[str, ...]
+    #: The prepared models it calls (``join_uneven_inputs`` joins them).
+    models: tuple[str, ...]
 
 
 class Analysis:
@@ -90,9 +105,9 @@ class Analysis:
         #: Loaders kept unprepared: an evaluation over them writes a file per batch.
         self.unsharded_loaders: set[str] = set()
         #: Original line of each evaluation loop over a prepared loader whose processes each write
-        #: their own batches' files under the original's index → (its index, the prepared models
-        #: it calls): see :func:`codemods.model.file_flow.per_batch_file_loaders`.
-        self.per_rank_loops: dict[int, tuple[str, tuple[str, ...]]] = {}
+        #: their own batches' files under the original's index → how it counts its batches and
+        #: the prepared models it calls: see :func:`codemods.model.file_flow.per_batch_file_loaders`.
+        self.per_rank_loops: dict[int, PerRankLoop] = {}
         #: Prepared loaders deal whole batches of the original round-robin (see
         #: :func:`codemods.model.runner.analyse`): where not, no loop runs per process.
         self.whole_batches = True
