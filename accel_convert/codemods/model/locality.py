@@ -45,7 +45,6 @@ from accel_convert.codemods.engine.syntax import (
     calls_in,
     class_methods,
     dotted,
-    is_backward,
     names_in,
     nodes_in,
     parameter_filled,
@@ -158,7 +157,7 @@ def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     """Whether ``node`` holds code the processes run together, so that it cannot run on the main
     process alone (the others would wait for it at their next collective, or it for them): a loop
     over a loader (prepared, each process reads its share), a model's forward (a prepared one
-    synchronises), a backward, a collective method of the accelerator (``gather_for_metrics``,
+    synchronises; a training step has one), a collective method of the accelerator (``gather_for_metrics``,
     ``wait_for_everyone``), a call of a function of the script that loops over a loader or runs a
     backward, or a call (not of a builtin) handed a model or a loader (another module's
     ``validation(model, criterion, valid_loader)``)."""
@@ -172,7 +171,7 @@ def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
         if type(inner) is not cst.Call:
             continue
         func = inner.func
-        if is_backward(inner) or dotted(func) in facts.models or (isinstance(func, cst.Name) and func.value in working):
+        if dotted(func) in facts.models or (isinstance(func, cst.Name) and func.value in working):
             return True
         if isinstance(func, cst.Attribute) and (dotted(func.value) or "").rpartition(".")[2] == accelerator:
             if func.attr.value in COLLECTIVE_ACCELERATOR_METHODS:
