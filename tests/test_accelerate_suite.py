@@ -99,10 +99,23 @@ def _errors(result: dict) -> str:
 
 
 @pytest.mark.parametrize(("script", "case"), _params())
-def test_case_passes_under_runtime_or_differs_as_documented(outcome, script: str, case: str) -> None:
+def test_case_passes_under_runtime_or_differs_as_documented(
+    outcome, tmp_path: Path, script: str, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     ours = outcome("runtime", script)[case]
     theirs = outcome("accelerate", script)[case]
     expected_under_accelerate = (script, case) not in FAILS_UNDER_ACCELERATE_ON_CPU
+    if theirs["passed"] != expected_under_accelerate:
+        # The reference is Accelerate's own suite, which is not deterministic on CPU processes
+        # under load (test_sync's gradient comparison under split_batches once failed in CI and
+        # passed when launched again): a result against the documented one is judged by a second
+        # launch of the reference, and the first one is said in the output.
+        again = launch("accelerate", script, tmp_path / "again")[case]
+        with capsys.disabled():
+            print(
+                f"\n{script}::{case}: Accelerate's first launch disagreed with the documented outcome:\n{_errors(theirs)}"
+            )
+        theirs = again
     assert theirs["passed"] == expected_under_accelerate, (
         f"under Accelerate this case now {'passes' if theirs['passed'] else 'fails'}: update "
         f"FAILS_UNDER_ACCELERATE_ON_CPU and the table in docs/runtime.md\n{_errors(theirs)}"
