@@ -155,6 +155,17 @@ def convert(body: str, options: Options = Options()) -> tuple[str, list[str]]:
     return outcome.module.code, lines + [f"#{change.code}" for change in outcome.changes]
 
 
+def converted_stably(source: str) -> tuple[str, list[str]]:
+    """``source`` converted by the pipeline, as ``train.py``: the code and the codes it reports,
+    once checked that converting the code again changes nothing."""
+    from accel_convert.converter.pipeline import convert_source
+
+    result = convert_source(source.encode(), Options(), path="train.py")
+    text = result.output.decode()
+    assert convert_source(text.encode(), Options(), path="train.py").output.decode() == text
+    return text, [change.code for change in result.changes]
+
+
 def convert_text(code: str) -> tuple[str, list[Change]]:
     outcome = convert_module(cst.parse_module(code), Options())
     return outcome.module.code, outcome.changes

@@ -298,14 +298,16 @@ if __name__ == "__main__":
 """
 
 
-def test_library_classes_the_training_code_constructs_print_with_an_accelerator_or_as_before() -> None:
+def test_library_classes_the_training_code_constructs_print_with_an_accelerator() -> None:
     # pytorch/examples' ProgressMeter and torchvision's MetricLogger, constructed by functions that
     # get the accelerator: never an ``accelerator.print`` where no accelerator is (NameError).
     code = converted("train", train=METER_TRAIN, engine=METER_ENGINE, utils=METER_UTILS)
     utils, engine = code["utils"], code["engine"]
-    # The meter is handed nothing of the training: its print stays as it was.
-    assert '        print(f"{self.prefix}[{batch}/{self.num_batches}]")' in utils
-    assert 'def __init__(self, num_batches, prefix=""):' in utils
+    # The meter is built only where the accelerator is: it keeps it and prints once (before, it
+    # was left printing on every rank).
+    assert '        self.accelerator.print(f"{self.prefix}[{batch}/{self.num_batches}]")' in utils
+    assert 'def __init__(self, num_batches, prefix="", *, accelerator):' in utils
+    assert 'progress = utils.ProgressMeter(len(loader), prefix=f"Epoch: [{epoch}]", accelerator=accelerator)' in engine
     # The logger loops over the prepared loader: it receives the accelerator and prints once.
     assert '    def __init__(self, delimiter="  ", *, accelerator):' in utils
     assert '                self.accelerator.print(f"{header} [{i}/{len(iterable)}]")' in utils
@@ -1060,3 +1062,57 @@ def test_a_class_building_another_modules_trainer_is_a_training_class() -> None:
     assert "    def __init__(self, args, accelerator):\n        self.accelerator = accelerator\n" in code["train"]
     assert "self.device, self.accelerator)\n" in code["train"]
     assert "self.accelerator.backward(" in code["trainer"]
+
+
+CONSOLE_LOGGER = """\
+import sys
+
+
+class ConsoleLogger:
+    def __init__(self, batches):
+        self.batches = batches
+
+    def end_epoch(self, epoch):
+        sys.stdout.write("epoch %d of %d batches\\n" % (epoch, self.batches))
+
+
+class CachedSquares(torch.utils.data.Dataset):
+    def __init__(self, n):
+        print("building", n)
+        self.x = torch.arange(n, dtype=torch.float32)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i : i + 1], self.x[i : i + 1] ** 2
+"""
+
+CONSOLE_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader
+
+from logs import CachedSquares, ConsoleLogger
+
+loader = DataLoader(CachedSquares(16), batch_size=4)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+logger = ConsoleLogger(len(loader))
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    logger.end_epoch(epoch)
+"""
+
+
+def test_a_console_logger_of_another_module_keeps_the_accelerator_and_a_dataset_does_not() -> None:
+    code = converted("train", train=CONSOLE_TRAIN, logs="import torch\n\n\n" + CONSOLE_LOGGER)
+    logs, train = code["logs"], code["train"]
+    assert "    def __init__(self, batches, accelerator):" in logs
+    assert "        if self.accelerator.is_main_process:" in logs
+    assert "logger = ConsoleLogger(len(loader), accelerator)" in train
+    # A dataset goes to the loader's workers, where the accelerator cannot: it keeps its print.
+    assert "    def __init__(self, n):" in logs
+    assert '        print("building", n)' in logs

@@ -20,7 +20,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import nodes_in
+from accel_convert.codemods.engine.syntax import built_from_parameters, nodes_in
 
 #: What is said at each ``backward()``.
 MESSAGE = (
@@ -48,12 +48,15 @@ class UnrecognisedTraining(Rule):
                 dataset = Cifar(128)
                 model = WideResNet()
                 optimizer = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
-                for inputs, targets in dataset.train:
-                    loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-                    loss.backward()
+
+
+                def update(optimizer):
                     optimizer.first_step(zero_grad=True)
+
+
+                for inputs, targets in dataset.train:
                     torch.nn.functional.cross_entropy(model(inputs), targets).backward()
-                    optimizer.second_step(zero_grad=True)
+                    update(optimizer)
             """,
             message=MESSAGE,
         ),
@@ -87,7 +90,7 @@ class UnrecognisedTraining(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        if not any(_built_from_parameters(node) for node in nodes_in(module)):
+        if not any(built_from_parameters(node) for node in nodes_in(module)):
             # No object is built from a model's parameters: the backward takes gradients for
             # something else (a saliency map's input), and nothing is trained.
             return module, []
@@ -95,14 +98,3 @@ class UnrecognisedTraining(Rule):
             Change(self.code, MESSAGE, site.line, site.column, site.end_line, site.end_column, fixed=False)
             for site in facts.call_sites[".backward"]
         ]
-
-
-def _built_from_parameters(node: cst.CSTNode) -> bool:
-    """A call handed ``<something>.parameters()`` (``SAM(model.parameters(), ...)``): an optimizer
-    of some class, built to update a model."""
-    return isinstance(node, cst.Call) and any(
-        isinstance(arg.value, cst.Call)
-        and isinstance(arg.value.func, cst.Attribute)
-        and arg.value.func.attr.value == "parameters"
-        for arg in node.args
-    )

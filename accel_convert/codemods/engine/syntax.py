@@ -486,6 +486,17 @@ def argument_for(call: cst.Call, index: int | None, param: str) -> cst.Arg | Non
     return positional[index] if index < len(positional) else None
 
 
+def built_from_parameters(node: cst.CSTNode) -> bool:
+    """A call handed ``<something>.parameters()`` (``SAM(model.parameters(), ...)``): an optimizer
+    of some class, built to update a model."""
+    return isinstance(node, cst.Call) and any(
+        isinstance(arg.value, cst.Call)
+        and isinstance(arg.value.func, cst.Attribute)
+        and arg.value.func.attr.value == "parameters"
+        for arg in node.args
+    )
+
+
 def is_backward(node: cst.CSTNode) -> bool:
     """``loss.backward()``, ``accelerator.backward(loss)``: a call of a ``backward`` method."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"

@@ -17,6 +17,7 @@ from accel_convert.codemods.engine.syntax import (
     is_plain_class,
     nodes_in,
 )
+from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES
 from accel_convert.codemods.model.calls import step_calls
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
@@ -106,6 +107,10 @@ def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str])
     methods |= _methods_handing_loaders_to_loops(a, name)
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
         methods = _saving_methods(a, name)
+    if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches:
+        # Not a dataset: its instance goes to the loader's worker processes, the accelerator can't.
+        if name not in _derived_classes(a, _is_dataset_base):
+            methods = _printing_methods(a, name)
     return methods
 
 
@@ -127,6 +132,23 @@ def _methods_handing_loaders_to_loops(a: Analysis, name: str) -> set[str]:
         and isinstance(call.node.func, cst.Name)
         and call.node.func.value in looping
         and any(dotted(arg.value) in loaders for arg in call.node.args)
+    }
+
+
+def _printing_methods(a: Analysis, name: str) -> set[str]:
+    """The methods of class ``name`` writing to the console (``print``, ``sys.stdout.write``): a
+    library's logger class built only where the accelerator is (``logger = Logger(...)`` in the
+    training script, ``logger.log(losses)`` each batch) prints on the main process once it keeps
+    the accelerator, as the script's own prints do."""
+    return {
+        call.scope[1]
+        for call in a.r.calls
+        if call.function == name
+        and len(call.scope) >= 2
+        and (
+            a.r.names.builtin(call.node.func, call.scope) == "print"
+            or a.r.names.qualified_name(call.node.func, call.scope) in CONSOLE_WRITES
+        )
     }
 
 
@@ -449,11 +471,12 @@ def dataset_classes(a: Analysis) -> None:
     (a download's files, processed tensors cached with ``torch.save``) is written when a dataset
     is built, which the downloads rule puts under ``main_process_first``: the side-effects and
     checkpoint rules leave it alone."""
-    found = _derived_classes(
-        a,
-        lambda qualified: qualified.split(".")[-1].endswith("Dataset") or qualified.startswith("torchvision.datasets."),
-    )
-    a.facts.dataset_classes = set(found)
+    a.facts.dataset_classes = set(_derived_classes(a, _is_dataset_base))
+
+
+def _is_dataset_base(qualified: str) -> bool:
+    """A dataset class by its qualified name (``torch.utils.data.Dataset``, ``datasets.MNIST``)."""
+    return qualified.split(".")[-1].endswith("Dataset") or qualified.startswith("torchvision.datasets.")
 
 
 def _derived_classes(a: Analysis, is_root: Callable[[str], bool]) -> dict[str, set[str]]:
@@ -550,12 +573,13 @@ def _attributes_built_here(a: Analysis, name: str) -> set[str]:
     owner = a.r.classes[name]
     assigned = [assign for assign in a.r.assigns if assign.function == name]
     built_in_the_call = _parameters_built_in_every_call(a, name)
+    params = set(owner.init_params or ()) - built_in_the_call
+    sources = [(target, dotted(constructed(assign.value))) for assign in assigned for target in assign.targets]
+    # ``self.net = self.net.to(device)`` moves what ``self.net`` held: received only where no
+    # method builds it (``self.net = nn.Linear(8, 3)`` before the move is built here).
+    built_otherwise = {target for target, source in sources if source not in params and source != target}
     received = {
-        target
-        for assign in assigned
-        for target in assign.targets
-        if (source := dotted(constructed(assign.value))) in {*(owner.init_params or ()), target}
-        and source not in built_in_the_call
+        target for target, source in sources if source in params or (source == target and target not in built_otherwise)
     }
     # A parameter built in every call counts as built here: what ``self.model = model`` keeps.
     return ({target for assign in assigned for target in assign.targets} - received) | built_in_the_call

@@ -162,12 +162,39 @@ def _home_of_training_functions(a: Analysis) -> tuple[str | None, bool]:
     receives (``train(model, loader, ...)``): then the code calling it, which builds the model
     and loaders, creates the accelerator and prepares them, and the functions building
     optimizers from what they receive prepare those there."""
-    caller = _caller_building_the_model(a, a.optimizer_home)
+    builder = a.optimizer_home
+    caller = _caller_building_the_model(a, builder)
     if caller is None:
-        return a.optimizer_home, False
+        if builder is not None and _trains_module_globals(a, builder):
+            # ``train(epoch)`` building its optimizer each epoch from the script's ``net``:
+            # module code builds the model and loaders, so it creates the accelerator and
+            # prepares them; the function prepares the optimizer it builds.
+            a.facts.training_functions = _functions_training_what_they_receive(a) | {builder}
+            return MODULE, False
+        return builder, False
     a.facts.training_functions = _functions_training_what_they_receive(a)
     _unprepared_received_models(a)
     return caller
+
+
+def _trains_module_globals(a: Analysis, function: str) -> bool:
+    """Whether ``function``, a module-level function that module code calls, builds its optimizer
+    from models it neither receives nor binds: the module's own (``net`` built at the top level,
+    read as a global), with no model bound inside it."""
+    if function not in a.r.defs:
+        return False
+    params = set(a.r.defs[function])
+    if a.facts.models & (params | _bound_anew(a, function)):
+        return False
+    module_models = {
+        name for assign in a.r.assigns if assign.function == MODULE for name in assign.targets
+    } & a.facts.models
+    if not module_models:
+        return False
+    return any(
+        call.function == MODULE and isinstance(call.node.func, cst.Name) and call.node.func.value == function
+        for call in a.r.calls
+    )
 
 
 def _home_by_what_it_binds(a: Analysis) -> str:

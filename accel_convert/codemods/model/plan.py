@@ -755,6 +755,8 @@ class _Handing:
         #: (original line, model) of each binding a ``prepared_after_binding`` prepare follows:
         #: such a model is prepared, not moved as one built again.
         self.covered: set[tuple[int, str]] = set()
+        #: Module-level function → the module's names it reads (``_globals_read_by``).
+        self._global_reads: dict[str, frozenset[str]] = {}
 
     def prepares(
         self,
@@ -802,6 +804,12 @@ class _Handing:
                     bound.setdefault(name, []).append(self.a.site(node).line)
                 if isinstance(node, cst.SimpleStatementLine):
                     prepared -= assigned - again
+                else:
+                    # Bound anew whichever way it goes (``if args.resume: net = torch.load(...)``
+                    # / ``else: net = Net()``): a prepare made before holds the old object.
+                    later = statements[statements.index(node) + 1 :] if node in statements else ()
+                    anew = {name for name in assigned & prepared if _bound_on_every_path(node, name, self.a, later)}
+                    prepared -= anew - again
         return found, after
 
     def _opened(self, statements: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseStatement]:
@@ -854,8 +862,38 @@ class _Handing:
             return set()
         facts = self.a.facts
         read = {inner.value for inner in nodes_in(node) if isinstance(inner, cst.Name)}
+        read |= {name for function in read & set(self.a.r.defs) for name in self._globals_read_by(function)}
         trained = {name for name in unprepared & read & self.wanted if name not in facts.loaders}
         return trained if trained & facts.models else set()
+
+    def _globals_read_by(self, function: str) -> frozenset[str]:
+        """The module's names that the module-level ``function`` reads (``train(epoch)`` stepping
+        the script's ``net``): where it is called, the block trains them."""
+        if function in self._global_reads:
+            return self._global_reads[function]
+        self._global_reads[function] = frozenset()  # a recursive call reads nothing more
+        module = self.a.module
+        definition = next(
+            (
+                top
+                for top in (module.body if module is not None else ())
+                if isinstance(top, cst.FunctionDef) and top.name.value == function
+            ),
+            None,
+        )
+        if definition is None:
+            return frozenset()
+        names = self.a.r.names
+        read = {
+            inner.value
+            for inner in nodes_in(definition.body)
+            if isinstance(inner, cst.Name) and names.binding_scope(inner.value, (function,)) == ()
+        }
+        # What the module's functions it calls read, the same way (``train`` calling ``step``).
+        for callee in read & set(self.a.r.defs):
+            read |= self._globals_read_by(callee)
+        self._global_reads[function] = frozenset(read)
+        return self._global_reads[function]
 
     def _handed(self, node: cst.BaseStatement) -> set[str]:
         """Names a statement (or a line inside a loop or branch) hands to a function of

@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.imported_calls import builds_model_of_program
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
+    is_backward,
     nodes_in,
     parameters_filled,
 )
@@ -192,6 +193,10 @@ def optimizers_and_models(a: Analysis) -> None:
                 selections.add(target)
         built = builders.models_trained(a, assign, selections)
         if built is None:
+            if _steps_its_own_way(a, assign, selections):
+                # SAM's ``first_step()``/``second_step()``: its model is trained and prepared;
+                # the object itself is no optimizer ``prepare`` knows, so it stays as it is.
+                facts.models.update(roots - {_instance_name(a, assign.scope)})
             continue
         roots = set(built) if built is not _PARAMETERS_PASSED else roots
         facts.optimizers.update(assign.targets)
@@ -378,6 +383,24 @@ def optimizer_wrappers(a: Analysis) -> set[str]:
     return found
 
 
+def _steps_its_own_way(a: Analysis, assign: AssignRecord, selections: AbstractSet[str]) -> bool:
+    """Whether ``assign`` builds an object from a model's parameters (``optimizer =
+    SAM(model.parameters(), torch.optim.SGD, lr=0.1)``) that is no optimizer the tables know and
+    has no ``.step()``, and a method of which a loop running a backward calls
+    (``optimizer.first_step(zero_grad=True)``): it updates the model by methods of its own."""
+    value = constructed(assign.value)
+    if not (isinstance(value, cst.Call) and _takes_parameters(value, selections)):
+        return False
+    targets = set(assign.targets)
+    backward_loops = {id(loop.node) for call in a.r.calls if is_backward(call.node) for loop in call.loops}
+    return any(
+        isinstance(call.node.func, cst.Attribute)
+        and dotted(call.node.func.value) in targets
+        and any(id(loop.node) in backward_loops for loop in call.loops)
+        for call in a.r.calls
+    )
+
+
 def _takes_parameters(call: cst.Call, selections: AbstractSet[str]) -> bool:
     """Whether one of ``call``'s arguments holds a model's ``.parameters()``, written there or
     bound to a name first (``trainable = filter(lambda p: p.requires_grad, model.parameters())``).
@@ -478,7 +501,8 @@ def _returned_together(a: Analysis) -> None:
         if roles is None or names is None or _builds_itself(assign, builder):
             continue
         for index, role in roles.items():
-            if index < len(names):
+            # ``_, name = build()`` throws the model away: nothing to prepare under ``_``.
+            if index < len(names) and names[index] != "_":
                 _role_set(facts, role).add(names[index])
         if "optimizer" in roles.values() and a.optimizer_home in (None, _builder_function(builder)):
             a.optimizer_home = assign.function

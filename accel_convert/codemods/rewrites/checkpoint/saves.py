@@ -103,7 +103,14 @@ class SavesOnMainProcess(RuleTransformer):
         """What a whole-object save of ``saved`` writes: the object a prepared model, optimizer or
         scheduler wraps (``accelerator.unwrap_model(model)``, ``optimizer.optimizer``,
         ``scheduler.scheduler``: the attribute is the same on Accelerate's wrappers), so the file
-        holds what the original's holds and loads without the converter's runtime."""
+        holds what the original's holds and loads without the converter's runtime. Each value of
+        a choice (``net.module if use_cuda else net``) is one."""
+        if isinstance(saved, cst.IfExp):
+            body = self._unwrapped(original, saved.body, where)
+            orelse = self._unwrapped(original, saved.orelse, where)
+            if body is saved.body and orelse is saved.orelse:
+                return saved
+            return saved.with_changes(body=body, orelse=orelse)
         name = dotted(saved)
         if name is None:
             return saved
@@ -132,7 +139,11 @@ class SavesOnMainProcess(RuleTransformer):
             )
             return updated_node
         args = list(updated_node.args)
-        if args and args[0].keyword is None and dotted(args[0].value) is not None:
+        if (
+            args
+            and args[0].keyword is None
+            and (dotted(args[0].value) is not None or isinstance(args[0].value, cst.IfExp))
+        ):
             args[0] = args[0].with_changes(value=self._unwrapped(original_node, args[0].value, "saved whole"))
         elif args and args[0].keyword is None and isinstance(args[0].value, cst.Dict):
             args[0] = args[0].with_changes(value=self._models_unwrapped_in(original_node, args[0].value))
