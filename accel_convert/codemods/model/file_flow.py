@@ -585,29 +585,17 @@ def _counters_followed(a: Analysis, loop: LoopRecord, counters: AbstractSet[str]
     after it would be one process's count). None where one of them is not so."""
     if not counters:
         return ()
-    chain = None if a.module is None else _chain_to(a.module, loop.node)
     body = loop.node.body
-    if chain is None or not isinstance(body, cst.IndentedBlock):
+    if not isinstance(body, cst.IndentedBlock):
         return None
     for counter in counters:
         if not (
             _grown_once_per_batch(body.body, counter)
-            and _bound_before(chain, counter)
-            and not _read_outside(a.r.names, loop.scope, chain, counter, body)
+            and _bound_before(loop.enclosing, counter)
+            and not _read_outside(a.r.names, loop, counter)
         ):
             return None
     return tuple(sorted(counters))
-
-
-def _chain_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
-    """The nodes from ``root`` down to ``target`` (both included); None when it is not there."""
-    pending: list[list[cst.CSTNode]] = [[root]]
-    while pending:
-        path = pending.pop()
-        if path[-1] is target:
-            return path
-        pending.extend([*path, child] for child in child_nodes(path[-1]))
-    return None
 
 
 def _grown_once_per_batch(body: Sequence[cst.BaseStatement], counter: str) -> bool:
@@ -655,9 +643,10 @@ def _leaves_iteration(line: cst.CSTNode) -> bool:
     return False
 
 
-def _bound_before(chain: list[cst.CSTNode], counter: str) -> bool:
-    """Whether a line before the loop at the end of ``chain`` binds ``counter`` (``n = 0``, ``self.count
-    = 0``) on the way to it from its function (or the module), inside every loop holding it."""
+def _bound_before(chain: Sequence[cst.CSTNode], counter: str) -> bool:
+    """Whether a line before the loop at the end of ``chain`` (its record's ``enclosing``) binds
+    ``counter`` (``n = 0``, ``self.count = 0``) on the way to it from its function (or the module),
+    inside every loop holding it."""
     start = max(index for index, node in enumerate(chain) if isinstance(node, (cst.Module, cst.FunctionDef)))
     bound = False
     for parent, child in zip(chain[start:], chain[start + 1 :]):
@@ -669,21 +658,21 @@ def _bound_before(chain: list[cst.CSTNode], counter: str) -> bool:
     return bound
 
 
-def _read_outside(names: NameTable, scope: ScopeKey, chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> bool:
-    """Whether ``counter`` may be read anywhere but in the loop's ``body``: in its function (a local),
+def _read_outside(names: NameTable, loop: LoopRecord, counter: str) -> bool:
+    """Whether ``counter`` may be read anywhere but in ``loop``'s body: in its function (a local),
     or anywhere in the module (a global, which a function may read, or an attribute, which another
     method may; a local another function declares ``global`` too). Its own plain assignments are
     no reads, nor a method of that name called, nor the conversion's own step to this process's
     first batch (a script converted again); a function binding a local of the same name reads its
-    own. ``scope``: where the loop at the end of ``chain`` stands, as the name table keys scopes
-    (what says whether a function binds a local of that name)."""
+    own (the name table says which functions bind one)."""
+    chain, body = loop.enclosing, loop.node.body
     functions = [index for index, node in enumerate(chain) if isinstance(node, cst.FunctionDef)]
     plain = "." not in counter
     where: cst.CSTNode = chain[0]
     where_scope: ScopeKey = ()
     if plain and functions:
         where = chain[functions[-1]]
-        where_scope = scope[: sum(isinstance(node, _SCOPES) for node in chain[: functions[-1] + 1])]
+        where_scope = loop.scope[: sum(isinstance(node, _SCOPES) for node in chain[: functions[-1] + 1])]
         if names.binding_scope(counter, where_scope) != where_scope:
             return True  # ``global n``: another function may read it
     not_reads: set[int] = set()
