@@ -219,7 +219,7 @@ class _AddedRebindings:
         exp.model, exp.optimizer)``)."""
         statement = self._assignment_at(line)
         if statement is None or not any(
-            name in _target_names(target) or name in _attribute_owners(target) for target in statement.targets
+            name in names or name in owners for names, owners in map(_target_bindings, statement.targets)
         ):
             return False
         if self._original_statements is None:
@@ -1415,24 +1415,27 @@ def _import_names(node: ast.Import | ast.ImportFrom) -> set[str]:
 
 
 def _target_names(target: ast.AST) -> set[str]:
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_target_names(element) for element in target.elts)) if target.elts else set()
-    if isinstance(target, ast.Starred):
-        return _target_names(target.value)
-    return set()
+    """The names an assignment target binds."""
+    return _target_bindings(target)[0]
 
 
-def _attribute_owners(target: ast.AST) -> set[str]:
-    """The names whose attributes an assignment target binds (``exp`` of ``exp.model``)."""
-    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-        return {target.value.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_attribute_owners(element) for element in target.elts)) if target.elts else set()
-    if isinstance(target, ast.Starred):
-        return _attribute_owners(target.value)
-    return set()
+def _target_bindings(target: ast.AST) -> tuple[set[str], set[str]]:
+    """The names an assignment target binds, and those whose attributes it binds (``exp`` of
+    ``exp.model``)."""
+    names: set[str] = set()
+    owners: set[str] = set()
+    pending = [target]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owners.add(node.value.id)
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            pending.extend(node.elts)
+        elif isinstance(node, ast.Starred):
+            pending.append(node.value)
+    return names, owners
 
 
 def _target_reads(target: ast.AST) -> list[ast.expr]:

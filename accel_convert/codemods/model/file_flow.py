@@ -33,11 +33,10 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE, FactQuestions
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
-from accel_convert.codemods.engine.names import ScopeKey, builtins_at
+from accel_convert.codemods.engine.names import NameTable, ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     assigns_at_top,
-    binds_locally,
     bound_by,
     class_methods,
     dotted,
@@ -546,7 +545,7 @@ def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> PerRankLoop | None
     gather), and calls a prepared model. None for any other loop."""
     builtin = builtins_at(a.r.names, loop.scope)
     index = enumerate_index(loop.node, builtin)
-    counters = _counters_followed(a, loop.node, per_batch_values(loop.node, builtin).counters - {index})
+    counters = _counters_followed(a, loop, per_batch_values(loop.node, builtin).counters - {index})
     if counters is None or (index is None and not counters):
         return None
     if _keeps_across_batches(loop.node, counters):
@@ -576,7 +575,7 @@ def _keeps_across_batches(loop: cst.For, counters: tuple[str, ...]) -> bool:
     return False
 
 
-def _counters_followed(a: Analysis, loop: cst.For, counters: AbstractSet[str]) -> tuple[str, ...] | None:
+def _counters_followed(a: Analysis, loop: LoopRecord, counters: AbstractSet[str]) -> tuple[str, ...] | None:
     """``counters`` (a loop's own, ``n += 1`` per batch, besides its ``enumerate`` index) in order,
     where each process's can take the values the original's takes for that process's batches:
     each is bound before the loop (on the way to it, inside whatever loop holds it: every time the
@@ -586,28 +585,17 @@ def _counters_followed(a: Analysis, loop: cst.For, counters: AbstractSet[str]) -
     after it would be one process's count). None where one of them is not so."""
     if not counters:
         return ()
-    chain = None if a.module is None else _chain_to(a.module, loop)
-    if chain is None or not isinstance(loop.body, cst.IndentedBlock):
+    body = loop.node.body
+    if not isinstance(body, cst.IndentedBlock):
         return None
     for counter in counters:
         if not (
-            _grown_once_per_batch(loop.body.body, counter)
-            and _bound_before(chain, counter)
-            and not _read_outside(chain, counter, loop.body)
+            _grown_once_per_batch(body.body, counter)
+            and _bound_before(loop.enclosing, counter)
+            and not _read_outside(a.r.names, loop, counter)
         ):
             return None
     return tuple(sorted(counters))
-
-
-def _chain_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
-    """The nodes from ``root`` down to ``target`` (both included); None when it is not there."""
-    pending: list[list[cst.CSTNode]] = [[root]]
-    while pending:
-        path = pending.pop()
-        if path[-1] is target:
-            return path
-        pending.extend([*path, child] for child in child_nodes(path[-1]))
-    return None
 
 
 def _grown_once_per_batch(body: Sequence[cst.BaseStatement], counter: str) -> bool:
@@ -655,9 +643,10 @@ def _leaves_iteration(line: cst.CSTNode) -> bool:
     return False
 
 
-def _bound_before(chain: list[cst.CSTNode], counter: str) -> bool:
-    """Whether a line before the loop at the end of ``chain`` binds ``counter`` (``n = 0``, ``self.count
-    = 0``) on the way to it from its function (or the module), inside every loop holding it."""
+def _bound_before(chain: Sequence[cst.CSTNode], counter: str) -> bool:
+    """Whether a line before the loop at the end of ``chain`` (its record's ``enclosing``) binds
+    ``counter`` (``n = 0``, ``self.count = 0``) on the way to it from its function (or the module),
+    inside every loop holding it."""
     start = max(index for index, node in enumerate(chain) if isinstance(node, (cst.Module, cst.FunctionDef)))
     bound = False
     for parent, child in zip(chain[start:], chain[start + 1 :]):
@@ -669,36 +658,44 @@ def _bound_before(chain: list[cst.CSTNode], counter: str) -> bool:
     return bound
 
 
-def _read_outside(chain: list[cst.CSTNode], counter: str, body: cst.CSTNode) -> bool:
-    """Whether ``counter`` may be read anywhere but in the loop's ``body``: in its function (a local),
+def _read_outside(names: NameTable, loop: LoopRecord, counter: str) -> bool:
+    """Whether ``counter`` may be read anywhere but in ``loop``'s body: in its function (a local),
     or anywhere in the module (a global, which a function may read, or an attribute, which another
     method may; a local another function declares ``global`` too). Its own plain assignments are
     no reads, nor a method of that name called, nor the conversion's own step to this process's
     first batch (a script converted again); a function binding a local of the same name reads its
-    own."""
-    functions = [node for node in chain if isinstance(node, cst.FunctionDef)]
+    own (the name table says which functions bind one)."""
+    chain, body = loop.enclosing, loop.node.body
+    functions = [index for index, node in enumerate(chain) if isinstance(node, cst.FunctionDef)]
     plain = "." not in counter
-    if plain and functions and not _own_local(functions[-1], counter):
-        return True  # ``global n``: another function may read it
-    where = functions[-1] if plain and functions else chain[0]
+    where: cst.CSTNode = chain[0]
+    where_scope: ScopeKey = ()
+    if plain and functions:
+        where = chain[functions[-1]]
+        where_scope = loop.scope[: sum(isinstance(node, _SCOPES) for node in chain[: functions[-1] + 1])]
+        if names.binding_scope(counter, where_scope) != where_scope:
+            return True  # ``global n``: another function may read it
     not_reads: set[int] = set()
-    pending: list[cst.CSTNode] = [where]
+    pending: list[tuple[cst.CSTNode, ScopeKey]] = [(where, where_scope)]
     while pending:
-        node = pending.pop()
-        if _reads_none_of_it(node, where, counter, body):
-            continue
+        node, node_scope = pending.pop()
+        inner = node_scope
+        if node is not where and isinstance(node, _SCOPES):
+            inner = (*node_scope, node.name.value)
+        if node is body or _counts_other_processes(node, counter, "process_index"):
+            continue  # the loop's body, the conversion's own step before the loop
+        if plain and node is not where and isinstance(node, cst.FunctionDef):
+            if names.binding_scope(counter, inner) == inner:
+                continue  # a function with a local of that name
         not_reads.update(_no_reads_under(node, counter))
         if id(node) not in not_reads and _names_counter(node, counter):
             return True
-        pending.extend(child_nodes(node))
+        pending.extend((child, inner) for child in child_nodes(node))
     return False
 
 
-def _reads_none_of_it(node: cst.CSTNode, where: cst.CSTNode, counter: str, body: cst.CSTNode) -> bool:
-    """The loop's body, the conversion's own step before the loop, a function with a local of that name."""
-    if node is body or _counts_other_processes(node, counter, "process_index"):
-        return True
-    return node is not where and isinstance(node, cst.FunctionDef) and "." not in counter and _own_local(node, counter)
+#: The statements opening a scope of the name table.
+_SCOPES = (cst.FunctionDef, cst.ClassDef)
 
 
 def _no_reads_under(node: cst.CSTNode, counter: str) -> list[int]:
@@ -722,15 +719,6 @@ def _names_counter(node: cst.CSTNode, counter: str) -> bool:
     if "." not in counter:
         return isinstance(node, cst.Name) and node.value == counter
     return isinstance(node, cst.Attribute) and node.attr.value == counter.rsplit(".", 1)[-1]
-
-
-def _own_local(function: cst.FunctionDef, name: str) -> bool:
-    """Whether ``name`` is a local of ``function`` (not declared ``global`` or ``nonlocal`` there)."""
-    declared = any(
-        isinstance(node, (cst.Global, cst.Nonlocal)) and any(item.name.value == name for item in node.names)
-        for node in nodes_in(function.body)
-    )
-    return not declared and binds_locally(function, name)
 
 
 def _loader_parameters(a: Analysis, function: str, origins: set[str]) -> set[tuple[str, int, str]]:

@@ -86,9 +86,6 @@ def home(a: Analysis) -> None:
         _library_training_functions(a)
     else:
         _home_block(a)
-        # A bundle's attributes handed on outside its class are prepared where its instance is
-        # bound (the plan's ``bundled``): held prepared from there on, as a training class's.
-        a.facts.prepared_attributes |= set(a.bundle_attributes)
 
 
 def _home_block(a: Analysis) -> None:

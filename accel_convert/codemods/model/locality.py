@@ -34,7 +34,7 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import construction
-from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
+from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated_name
 from accel_convert.codemods.engine.model import Site
@@ -162,8 +162,7 @@ def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     backward, or a call (not of a builtin) handed a model or a loader (another module's
     ``validation(model, criterion, valid_loader)``)."""
     accelerator = facts.existing_accelerator or facts.accelerator_name
-    looping = {loop.function for loop in (*facts.train_loops, *facts.eval_loops)} | set(facts.backward_functions)
-    working = callers_closure(looping - {MODULE}, facts.call_graph)
+    working = locality_of(facts).working_functions
     handed = facts.models | facts.loaders
     for inner in nodes_in(node):
         if type(inner) is cst.For and iterated_name(inner.iter, through_any_call=True) in facts.loaders:
@@ -180,6 +179,12 @@ def holds_work_of_every_rank(node: cst.CSTNode, facts: ScriptFacts) -> bool:
         if facts.builtin(func) is None and any(dotted(arg.value) in handed for arg in inner.args):
             return True  # ``validation(model, criterion, valid_loader)`` of another module
     return False
+
+
+def _working_functions(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
+    """See :attr:`Locality.working_functions`."""
+    looping = {loop.function for loop in (*facts.train_loops, *facts.eval_loops)} | set(facts.backward_functions)
+    return frozenset(callers_closure(looping - {MODULE}, facts.call_graph))
 
 
 def statement_downloads(statement: cst.BaseStatement, facts: ScriptFacts, accelerator: str | None = None) -> bool:
@@ -952,6 +957,10 @@ class Locality:
     #: ``file_flow.per_batch_file_loaders``. No barrier goes inside one, and its writes stay on
     #: every process.
     per_rank_loops: Mapping[int, PerRankLoop] = field(default_factory=lambda: MappingProxyType({}))
+    #: The script's functions that loop over a loader (training or evaluation) or run a training
+    #: backward, and every function calling one, directly or through its own calls: a call of one
+    #: holds work every process does (:func:`holds_work_of_every_rank`).
+    working_functions: frozenset[str] = frozenset()
 
     @property
     def per_process_values(self) -> frozenset[str]:
@@ -1005,6 +1014,9 @@ class Locality:
         "rank_dependent_schedule_steps",
         "shared_draws",
         "per_rank_loops",
+        "train_loops",
+        "eval_loops",
+        "backward_functions",
     )
 )
 def locality(a: Analysis) -> Locality:
@@ -1030,6 +1042,7 @@ def locality(a: Analysis) -> Locality:
         called_where_fetch_caught=reach.called_where_fetch_caught,
         program_calls_on_some_ranks=reach.program_calls_on_some_ranks,
         per_rank_loops=MappingProxyType(dict(a.per_rank_loops)),
+        working_functions=_working_functions(facts),
     )
 
 
@@ -1798,4 +1811,5 @@ def locality_of(facts: ScriptFacts) -> Locality:
         agreeable_breaks=tuple(facts.agreeable_breaks),
         rank_dependent_schedule_steps=tuple(facts.rank_dependent_schedule_steps),
         shared_draws=tuple(facts.shared_draws),
+        working_functions=_working_functions(facts),
     )

@@ -586,9 +586,15 @@ def _preparations(
         "bundle_attributes",
     ),
     provides=("plan",),
+    refines=("prepared_attributes",),
 )
 def conversion_plan(a: Analysis) -> None:
     """The one conversion plan (see the module docstring), from the facts drawn before it."""
+    if a.seeds is None or not a.seeds.library:
+        # A bundle's attributes handed on outside its class are prepared where its instance is
+        # bound (the plan's ``bundled``): held prepared from there on, as a training class's
+        # (what the plan itself asks of them, :func:`_held_prepared`, and the rules after it).
+        a.facts.prepared_attributes |= set(a.bundle_attributes)
     bound: dict[str, set[str]] = {}
     # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
     unpacked = a.facts.loaders_unpacked_from_parameters

@@ -56,6 +56,9 @@ class LoopRecord:
     nested: str | None = None
     #: Where the loop stands, as the name table keys scopes (what its names denote there).
     scope: ScopeKey = ()
+    #: The module, every compound statement and every indented block holding the loop, outermost
+    #: first, and the loop last: the way to it, block by block (what stands before it in each).
+    enclosing: tuple[cst.CSTNode, ...] = ()
 
 
 @dataclass(eq=False, repr=False)
@@ -212,6 +215,8 @@ class Recorder(NameCollector):
         #: (``pbar = tqdm(train_loader)``, then ``for batch in pbar``).
         self._wrapped_loaders: dict[tuple[ScopeKey, str], str] = {}
         self._loops: list[LoopRecord] = []
+        #: The module, compound statements and indented blocks the walk is in, outermost first.
+        self._enclosing: list[cst.CSTNode] = []
         #: The ``for`` and ``while`` loops the walk is in, innermost last: what a ``break`` leaves.
         self._exits: list[ExitRecord] = []
         self._ifs: list[IfRecord] = []
@@ -257,19 +262,37 @@ class Recorder(NameCollector):
         if node.asname is not None:
             self.with_items.append(node)
 
+    # -- the way down: module, compound statements, indented blocks ---------------------------
+
+    def _enter_block(self, node: cst.CSTNode) -> None:
+        self._enclosing.append(node)
+
+    def _leave_block(self, original_node: cst.CSTNode) -> None:
+        self._enclosing.pop()
+
+    # The compound statements with hooks of their own below push and pop themselves there.
+    visit_Module = visit_IndentedBlock = visit_Try = visit_TryStar = visit_Match = _enter_block
+    leave_Module = leave_IndentedBlock = leave_Try = leave_TryStar = leave_Match = _leave_block
+
     # -- functions ----------------------------------------------------------------------------
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._enclosing.append(node)
         self._not_values.add(id(node.name))
         if not self.scope:
             self.classes[node.name.value] = ClassRecord(node)
         super().visit_ClassDef(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._enclosing.pop()
+        super().leave_ClassDef(original_node)
 
     def _in_functions_below(self, depth: int) -> bool:
         """Whether every scope enclosing the current one below the first ``depth`` is a function."""
         return all(self.names.scopes[self.scope[:n]].kind == "function" for n in range(depth + 1, len(self.scope)))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enclosing.append(node)
         # A decorator runs where the function is defined, not in its body (the scope entered here).
         self._not_values.update(id(name) for name in (node.name, *(d.decorator for d in node.decorators)))
         super().visit_FunctionDef(node)
@@ -293,6 +316,7 @@ class Recorder(NameCollector):
         self._no_grad_depth += decorated
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._enclosing.pop()
         self._no_grad_depth -= self._decorated.pop()
         super().leave_FunctionDef(original_node)
 
@@ -376,6 +400,7 @@ class Recorder(NameCollector):
         self.aug_assigns.append(AugAssignRecord(targets, mentions, tuple(self._loops), tuple(self._ifs), self.function))
 
     def visit_If(self, node: cst.If) -> None:
+        self._enclosing.append(node)
         record = IfRecord(node, self._exits[-1] if self._exits else None)
         if is_main_guard(node) and not self.scope:
             self._main_guard_depth += 1
@@ -396,11 +421,13 @@ class Recorder(NameCollector):
         self._ifs[-1].modulo = _has_modulo(node.test)
 
     def leave_If(self, original_node: cst.If) -> None:
+        self._enclosing.pop()
         self._ifs.pop()
         if is_main_guard(original_node) and not self.scope:
             self._main_guard_depth -= 1
 
     def visit_With(self, node: cst.With) -> None:
+        self._enclosing.append(node)
         if any(_disables_grad(item.item, self.names, self.scope) for item in node.items):
             self._no_grad_depth += 1
             # ``for x, y in loader: with torch.no_grad(): ...``: the loops around it evaluate too.
@@ -408,10 +435,12 @@ class Recorder(NameCollector):
                 loop.no_grad = True
 
     def leave_With(self, original_node: cst.With) -> None:
+        self._enclosing.pop()
         if any(_disables_grad(item.item, self.names, self.scope) for item in original_node.items):
             self._no_grad_depth -= 1
 
     def visit_For(self, node: cst.For) -> None:
+        self._enclosing.append(node)
         super().visit_For(node)
         self._order += 1
         # ``loaders[0]`` of a tuple of loaders: the loaders owner says what it holds.
@@ -424,6 +453,7 @@ class Recorder(NameCollector):
             no_grad=self._no_grad_depth > 0,
             order=self._order,
             scope=self.scope,
+            enclosing=tuple(self._enclosing),
         )
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
@@ -437,13 +467,16 @@ class Recorder(NameCollector):
         self._exits.append(loop)
 
     def leave_For(self, original_node: cst.For) -> None:
+        self._enclosing.pop()
         self._loops.pop()
         self._exits.pop()
 
     def visit_While(self, node: cst.While) -> None:
+        self._enclosing.append(node)
         self._exits.append(WhileRecord(node))
 
     def leave_While(self, original_node: cst.While) -> None:
+        self._enclosing.pop()
         self._exits.pop()
 
     def visit_CompFor(self, node: cst.CompFor) -> None:

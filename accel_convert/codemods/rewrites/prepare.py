@@ -38,7 +38,7 @@ averaged across processes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -376,14 +376,24 @@ class _Prepare(HomeBlockTransformer):
         self, node: cst.BaseStatement, lines: Mapping[int, tuple[str, ...]], indent: str, *, after: bool
     ) -> cst.BaseStatement:
         """An ``if`` or ``with`` statement with :meth:`_prepare_at` done in its bodies."""
-        if not isinstance(node, (cst.If, cst.With)) or not isinstance(node.body, cst.IndentedBlock):
+        if not isinstance(node, (cst.If, cst.With)):
+            return node
+        return self._in_bodies(node, lambda body: self._prepare_at(body, lines, indent + "    ", after=after))
+
+    def _in_bodies(
+        self,
+        node: cst.For | cst.While | cst.With | cst.If,
+        edit: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]],
+    ) -> cst.BaseStatement:
+        """``node`` with ``edit`` done to its body, then to its ``else`` body (a loop's, an
+        ``if``'s; not an ``elif``), where they are indented blocks."""
+        if not isinstance(node.body, cst.IndentedBlock):
             return node
         original = node
-        inner = self._prepare_at(list(node.body.body), lines, indent + "    ", after=after)
-        node = node.with_changes(body=node.body.with_changes(body=inner))
-        orelse = node.orelse if isinstance(node, cst.If) else None
+        node = node.with_changes(body=node.body.with_changes(body=edit(list(node.body.body))))
+        orelse = getattr(node, "orelse", None)
         if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-            inner = self._prepare_at(list(orelse.body.body), lines, indent + "    ", after=after)
+            inner = edit(list(orelse.body.body))
             node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
         if self.origins is not None:
             self.origins.carry(original, node)  # later rules find its loops by their original lines
@@ -418,17 +428,10 @@ class _Prepare(HomeBlockTransformer):
                     self._took([name])
                     result += self._prepare_statements([name], indent)
                 continue
-            if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
-                original = node
-                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ", where)
-                node = node.with_changes(body=node.body.with_changes(body=inner))
-                orelse = getattr(node, "orelse", None)
-                if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ", where)
-                    node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
-                if self.origins is not None:
-                    # Later rules find a loop by its original line (the evaluation loop here).
-                    self.origins.carry(original, node)
+            if isinstance(node, (cst.For, cst.While, cst.With, cst.If)):
+                node = self._in_bodies(
+                    node, lambda body: self._prepare_where_built(body, names, indent + "    ", where)
+                )
             result.append(node)
         return result
 
