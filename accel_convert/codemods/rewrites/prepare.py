@@ -50,8 +50,10 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
+    branch_blocks,
     instance_parameter,
     statement,
+    with_blocks_edited,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.model.plan import creation_index, plan_of
@@ -375,19 +377,15 @@ class _Prepare(HomeBlockTransformer):
     def _prepared_inside(
         self, node: cst.BaseStatement, lines: Mapping[int, tuple[str, ...]], indent: str, *, after: bool
     ) -> cst.BaseStatement:
-        """An ``if`` or ``with`` statement with :meth:`_prepare_at` done in its bodies."""
-        if not isinstance(node, (cst.If, cst.With)) or not isinstance(node.body, cst.IndentedBlock):
+        """A branching statement (an ``if`` chain, a ``with`` or ``try`` block) with
+        :meth:`_prepare_at` done in each of its blocks: each branch binding and training a model
+        gets its own prepare."""
+        if not branch_blocks(node):
             return node
-        original = node
-        inner = self._prepare_at(list(node.body.body), lines, indent + "    ", after=after)
-        node = node.with_changes(body=node.body.with_changes(body=inner))
-        orelse = node.orelse if isinstance(node, cst.If) else None
-        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-            inner = self._prepare_at(list(orelse.body.body), lines, indent + "    ", after=after)
-            node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
+        edited = with_blocks_edited(node, lambda inner: self._prepare_at(inner, lines, indent + "    ", after=after))
         if self.origins is not None:
-            self.origins.carry(original, node)  # later rules find its loops by their original lines
-        return node
+            self.origins.carry(node, edited)  # later rules find its loops by their original lines
+        return edited
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
         """The plan's first and last statements of ``block`` binding each object before its
@@ -420,12 +418,9 @@ class _Prepare(HomeBlockTransformer):
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
                 original = node
-                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ", where)
-                node = node.with_changes(body=node.body.with_changes(body=inner))
-                orelse = getattr(node, "orelse", None)
-                if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ", where)
-                    node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
+                node = with_blocks_edited(
+                    node, lambda inner: self._prepare_where_built(inner, names, indent + "    ", where)
+                )
                 if self.origins is not None:
                     # Later rules find a loop by its original line (the evaluation loop here).
                     self.origins.carry(original, node)
