@@ -804,7 +804,7 @@ class _Handing:
         here = set(built.get(block, {})) | set(self.received.get(block, ()))
         again = (self.wanted & facts.models_prepared_where_built) - here | set(rebuilt.get(block, ()))
         wrapped = {loader for wraps in self.wrapping.get(block, {}).values() for loader, _ in wraps}
-        reading = _Reading(frozenset(here), frozenset(again), prepared=again | (wrapped & here))
+        reading = _Reading(frozenset(here), frozenset(again), prepared=set(again) | (wrapped & here))
         self._read(statements, reading)
         return reading.found, reading.after
 
