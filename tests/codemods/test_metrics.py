@@ -324,6 +324,60 @@ REPORTED = [
         """
         def test(accelerator):
             model.eval()
+            for x, y in test_loader:
+                n = x.size(0)
+                if flip:
+                    preds = model(x.flip(-1))
+                else:
+                    preds = model(x)
+                correct += (preds.argmax(1) == y).sum().item()
+        """,
+        "the forward sits in a branch of an if/else inside the loop: its output is not gathered",
+        id="forward-in-a-branch",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
+            for x, y in test_loader:
+                with torch.no_grad():
+                    if flip:
+                        correct += (model(x.flip(-1)).argmax(1) == y).sum().item()
+                    elif half:
+                        correct += (model(x.half()).argmax(1) == y).sum().item()
+        """,
+        "the forward sits in a branch of an if/else inside the loop",
+        id="forward-in-an-elif-chain-under-with",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
+            for x, y in test_loader:
+                try:
+                    preds = model(x)
+                except RuntimeError:
+                    continue
+                correct += (preds.argmax(1) == y).sum().item()
+        """,
+        "the forward sits in a try block inside the loop",
+        id="forward-in-a-try-block",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
+            for x, y in test_loader:
+                with torch.no_grad():
+                    correct += (model(x).argmax(1) == y).sum().item() if flip else 0
+        """,
+        "nested in a larger expression",
+        id="forward-in-a-conditional-expression",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
             for batch in test_loader:
                 with torch.no_grad():
                     outputs = model(**batch)

@@ -10,12 +10,14 @@ from accel_convert.codemods.engine.names import builtins_at, collect_names
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     assigned_in,
+    branch_blocks,
     is_host_number,
     is_plain_class,
     names_bound,
     parameters_filled,
     python_value,
     rows_counted,
+    with_blocks_edited,
 )
 
 CODE = """\
@@ -177,3 +179,44 @@ def test_parameters_filled_by_a_call(call: str, expected: list[tuple[str, str]])
         (param, cst.Module([]).code_for_node(arg.value)) for param, arg in parameters_filled(node, ("model", "loader"))
     ]
     assert found == expected
+
+
+BRANCHING = {
+    "if": ("if a:\n    x = 1\nelif b:\n    x = 2\nelif c: x = 3\nelse:\n    x = 4\n", ["1", "2", "4"]),
+    "with": ("with a:\n    x = 1\n", ["1"]),
+    "try": ("try:\n    x = 1\nexcept E:\n    x = 2\nelse:\n    x = 3\nfinally:\n    x = 4\n", ["1", "2", "3", "4"]),
+    "for": ("for i in a:\n    x = 1\n", []),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BRANCHING))
+def test_branch_blocks_are_the_blocks_run_once(kind: str) -> None:
+    """Each branch of an ``if`` chain (a one-line block left out), a ``with`` block, each block of a
+    ``try``; none of a loop, whose body runs again."""
+    source, values = BRANCHING[kind]
+    statement = cst.parse_module(source).body[0]
+    found = []
+    for block in branch_blocks(statement):
+        line = block.body[0]
+        assert isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Assign)
+        value = line.body[0].value
+        assert isinstance(value, cst.Integer)
+        found.append(value.value)
+    assert found == values
+
+
+@pytest.mark.parametrize("kind", sorted(BRANCHING))
+def test_with_blocks_edited_edits_every_indented_block(kind: str) -> None:
+    """The edit reaches every indented block, an ``elif``'s and a loop's too; nothing else changes."""
+    source, _ = BRANCHING[kind]
+    module = cst.parse_module(source)
+    marker = cst.parse_statement("mark()\n")
+
+    def edited(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        return [*statements, marker]
+
+    statement = with_blocks_edited(module.body[0], edited)
+    code = module.with_changes(body=[statement]).code
+    indented = source.count(":\n")
+    assert code.count("mark()") == indented
+    assert code.replace("    mark()\n", "") == source

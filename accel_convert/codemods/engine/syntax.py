@@ -7,7 +7,7 @@ guard. Whole-tree questions belong to the analysis (:mod:`codemods.engine.analys
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import cast
 
 import libcst as cst
@@ -436,6 +436,66 @@ def body_statements(node: cst.FunctionDef | cst.If) -> Sequence[cst.CSTNode]:
     """The statements of a function's or an ``if``'s block (a one-line block is one statement)."""
     body = node.body
     return body.body if isinstance(body, cst.IndentedBlock) else [body]
+
+
+def branch_blocks(node: cst.CSTNode) -> list[cst.IndentedBlock]:
+    """The indented blocks of a statement whose bodies run as the statements around it do, not
+    repeated: each branch of an ``if`` chain (its ``elif`` branches and final ``else`` too), a
+    ``with`` block, and a ``try``'s body, handlers, ``else`` and ``finally``. Nothing for any
+    other statement (a loop's body runs again; a definition's when it is called), nor for a
+    one-line block."""
+    suites: list[cst.BaseSuite] = []
+    if isinstance(node, cst.If):
+        current: cst.If | cst.Else | None = node
+        while isinstance(current, cst.If):
+            suites.append(current.body)
+            current = current.orelse
+        if current is not None:
+            suites.append(current.body)
+    elif isinstance(node, cst.With):
+        suites.append(node.body)
+    elif isinstance(node, (cst.Try, cst.TryStar)):
+        suites += [node.body, *(handler.body for handler in node.handlers)]
+        suites += [part.body for part in (node.orelse, node.finalbody) if part is not None]
+    return [suite for suite in suites if isinstance(suite, cst.IndentedBlock)]
+
+
+StatementsEdit = Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]]
+
+
+def with_blocks_edited(node: cst.BaseStatement, edit: StatementsEdit) -> cst.BaseStatement:
+    """``node`` with ``edit`` applied to the statements of each of its indented blocks: those of
+    :func:`branch_blocks`, and a loop's body and ``else``. Any other statement as it is."""
+    if isinstance(node, cst.If):
+        node = node.with_changes(body=_block_edited(node.body, edit))
+        if isinstance(node.orelse, cst.If):
+            return node.with_changes(orelse=with_blocks_edited(node.orelse, edit))
+        if node.orelse is not None:
+            return node.with_changes(orelse=node.orelse.with_changes(body=_block_edited(node.orelse.body, edit)))
+        return node
+    if isinstance(node, (cst.For, cst.While, cst.Try, cst.TryStar)):
+        edited = node.with_changes(body=_block_edited(node.body, edit))
+        if edited.orelse is not None:
+            edited = edited.with_changes(
+                orelse=edited.orelse.with_changes(body=_block_edited(edited.orelse.body, edit))
+            )
+        if isinstance(edited, (cst.Try, cst.TryStar)):
+            handlers = [handler.with_changes(body=_block_edited(handler.body, edit)) for handler in edited.handlers]
+            edited = edited.with_changes(handlers=handlers)
+            if edited.finalbody is not None:
+                finalbody = edited.finalbody.with_changes(body=_block_edited(edited.finalbody.body, edit))
+                edited = edited.with_changes(finalbody=finalbody)
+        return edited
+    if isinstance(node, cst.With):
+        return node.with_changes(body=_block_edited(node.body, edit))
+    return node
+
+
+def _block_edited(suite: cst.BaseSuite, edit: StatementsEdit) -> cst.BaseSuite:
+    """``suite`` with ``edit`` applied to its statements (a one-line block as it is)."""
+    if not isinstance(suite, cst.IndentedBlock):
+        return suite
+    return suite.with_changes(body=edit(list(suite.body)))
 
 
 def expression_code(node: cst.CSTNode) -> str:

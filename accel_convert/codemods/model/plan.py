@@ -44,7 +44,7 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -60,6 +60,7 @@ from accel_convert.codemods.engine.positions import python_statements
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
     body_statements,
+    branch_blocks,
     class_methods,
     defines_method,
     dotted,
@@ -738,6 +739,38 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
     return found
 
 
+@dataclass(eq=False)
+class _Reading:
+    """What :class:`_Handing` knows while it reads one home block's statements in order."""
+
+    #: What the block's one prepare takes (before its training starts), and the models it hands on.
+    here: AbstractSet[str]
+    #: What the block prepares where it is built, each time (a rebinding leaves it prepared).
+    again: AbstractSet[str]
+    #: The objects prepared at this point of the block.
+    prepared: set[str]
+    #: Name → the original lines binding it since it was last prepared (or training started).
+    bound: dict[str, list[int]] = field(default_factory=dict)
+    #: ``prepared_before_handing`` and ``prepared_after_binding`` of the block, found so far
+    #: (shared by the branches of a statement read one by one).
+    found: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    after: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def fork(self) -> _Reading:
+        """The state a branch starts from: this one's, its findings shared."""
+        bound = {name: list(lines) for name, lines in self.bound.items()}
+        return _Reading(self.here, self.again, set(self.prepared), bound, self.found, self.after)
+
+    def join(self, branches: Sequence[_Reading]) -> None:
+        """The state after a statement whose ``branches`` were read one by one: what any of them
+        prepared is prepared (each prepares its own), and a name is bound at the lines of each."""
+        self.prepared = set().union(*(branch.prepared for branch in branches))
+        names = {name for branch in branches for name in branch.bound}
+        self.bound = {
+            name: sorted({line for branch in branches for line in branch.bound.get(name, ())}) for name in names
+        }
+
+
 class _Handing:
     """``ConversionPlan.prepared_before_handing`` and ``prepared_after_binding``: one home block's
     statements from where its training starts, read in order."""
@@ -779,73 +812,74 @@ class _Handing:
         here = set(built.get(block, {})) | set(self.received.get(block, ()))
         again = (self.wanted & facts.models_prepared_where_built) - here | set(rebuilt.get(block, ()))
         wrapped = {loader for wraps in self.wrapping.get(block, {}).values() for loader, _ in wraps}
-        prepared = again | (wrapped & here)
-        # Name → the original lines binding it since it was last prepared (or training started).
-        bound: dict[str, list[int]] = {}
-        found: dict[int, tuple[str, ...]] = {}
-        after: dict[int, tuple[str, ...]] = {}
-        for node in self._opened(statements):
-            handed = (self._handed(node) & set(bound)) - prepared
-            if handed:
-                found[self.a.site(node).line] = tuple(sorted(handed, key=lambda name: (name in facts.optimizers, name)))
-                prepared |= handed
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or _moves_itself(node):
-                continue
-            assigned = assigned_in(node)
-            # A model the block built before its training and builds again is not one of these
-            # (``rebuilt_models_to_move``); an optimizer built again for a new model is.
-            fresh = {name for name in bound if name not in here or name not in facts.models}
-            trained = self._trained_inline(node, fresh - prepared - assigned)
-            if trained:
-                line = max(bound[name][-1] for name in trained)
-                after[line] = self._in_order(set(after.get(line, ())) | trained)
-                self.covered |= {(where, name) for name in trained for where in bound[name]}
-                prepared |= trained
-            if _prepares_already(node):
-                for name in assigned:
-                    bound.pop(name, None)  # prepared by the original script (converted already)
-                prepared |= assigned
-            else:
-                for name in assigned:
-                    bound.setdefault(name, []).append(self.a.site(node).line)
-                if isinstance(node, cst.SimpleStatementLine):
-                    prepared -= assigned - again
-                else:
-                    # Bound anew whichever way it goes (``if args.resume: net = torch.load(...)``
-                    # / ``else: net = Net()``): a prepare made before holds the old object.
-                    later = statements[statements.index(node) + 1 :] if node in statements else ()
-                    anew = {name for name in assigned & prepared if _bound_on_every_path(node, name, self.a, later)}
-                    prepared -= anew - again
-        return found, after
+        reading = _Reading(frozenset(here), frozenset(again), prepared=set(again) | (wrapped & here))
+        self._read(statements, reading)
+        return reading.found, reading.after
 
-    def _opened(self, statements: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseStatement]:
-        """``statements``, a branch or ``with`` block that both binds a model and trains it read
-        as its own statements (``if args.train:`` building and training the model): its prepare
-        goes inside, after the binding, as in the block itself."""
-        for node in statements:
-            inner = self._binding_and_training_body(node)
-            if inner is None:
-                yield node
+    def _read(self, statements: Sequence[cst.BaseStatement], reading: _Reading) -> None:
+        """Read ``statements`` in order into ``reading``. A branching statement whose blocks bind
+        a model and train it (``if args.train:`` building and training the model; both branches of
+        ``if args.big: model = Big() ... else: model = Small() ...``, each training its own) is
+        read block by block as the block's own statements: each such block's prepare goes inside
+        it, after its binding, as in the block itself; each branch is read from the state before
+        the statement, and what any of them prepared counts as prepared after it."""
+        for index, node in enumerate(statements):
+            bodies = self._binding_and_training_bodies(node)
+            if len(bodies) == 1:
+                self._read(bodies[0], reading)
+            elif bodies:
+                branches = [reading.fork() for _ in bodies]
+                for body, branch in zip(bodies, branches, strict=True):
+                    self._read(body, branch)
+                reading.join(branches)
             else:
-                yield from self._opened(inner)
+                self._read_statement(node, reading, statements[index + 1 :])
 
-    def _binding_and_training_body(self, node: cst.BaseStatement) -> Sequence[cst.BaseStatement] | None:
-        """The one body of ``node`` (an ``if``'s branch, a ``with`` block) that binds a model to
-        prepare and holds a line where training starts; None for any other statement, or where
-        both of an ``if``'s branches do."""
-        if isinstance(node, cst.If):
-            orelse = node.orelse.body if isinstance(node.orelse, cst.Else) else None
-            bodies = [node.body, *([orelse] if orelse is not None else [])]
-        elif isinstance(node, cst.With):
-            bodies = [node.body]
+    def _read_statement(
+        self, node: cst.BaseStatement, reading: _Reading, later: Sequence[cst.BaseStatement] = ()
+    ) -> None:
+        """Read one statement (no block of which is read on its own) into ``reading``; ``later``:
+        the statements after it in its block."""
+        facts = self.a.facts
+        bound, prepared = reading.bound, reading.prepared
+        handed = (self._handed(node) & set(bound)) - prepared
+        if handed:
+            reading.found[self.a.site(node).line] = tuple(
+                sorted(handed, key=lambda name: (name in facts.optimizers, name))
+            )
+            prepared |= handed
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or _moves_itself(node):
+            return
+        assigned = assigned_in(node)
+        # A model the block built before its training and builds again is not one of these
+        # (``rebuilt_models_to_move``); an optimizer built again for a new model is.
+        fresh = {name for name in bound if name not in reading.here or name not in facts.models}
+        trained = self._trained_inline(node, fresh - prepared - assigned)
+        if trained:
+            line = max(bound[name][-1] for name in trained)
+            reading.after[line] = self._in_order(set(reading.after.get(line, ())) | trained)
+            self.covered |= {(where, name) for name in trained for where in bound[name]}
+            prepared |= trained
+        if _prepares_already(node):
+            for name in assigned:
+                bound.pop(name, None)  # prepared by the original script (converted already)
+            prepared |= assigned
         else:
-            return None
-        qualifying = [
-            body.body
-            for body in bodies
-            if isinstance(body, cst.IndentedBlock) and body.body and self._binds_and_trains(body.body)
-        ]
-        return qualifying[0] if len(qualifying) == 1 else None
+            for name in assigned:
+                bound.setdefault(name, []).append(self.a.site(node).line)
+            if isinstance(node, cst.SimpleStatementLine):
+                prepared -= assigned - reading.again
+            else:
+                # Bound anew whichever way it goes (``if args.resume: net = torch.load(...)``
+                # / ``else: net = Net()``): a prepare made before holds the old object.
+                anew = {name for name in assigned & prepared if _bound_on_every_path(node, name, self.a, later)}
+                prepared -= anew - reading.again
+
+    def _binding_and_training_bodies(self, node: cst.BaseStatement) -> list[Sequence[cst.BaseStatement]]:
+        """The blocks of ``node`` (each branch of an ``if`` chain, a ``with`` block, a ``try``'s
+        body, handlers, ``else`` and ``finally``: :func:`branch_blocks`) that bind a model to
+        prepare and hold a line where training starts; none for any other statement."""
+        return [block.body for block in branch_blocks(node) if block.body and self._binds_and_trains(block.body)]
 
     def _binds_and_trains(self, statements: Sequence[cst.BaseStatement]) -> bool:
         """Whether ``statements`` bind a model to prepare and hold a line where training starts."""

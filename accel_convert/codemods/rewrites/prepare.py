@@ -38,7 +38,7 @@ averaged across processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -50,8 +50,10 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
+    branch_blocks,
     instance_parameter,
     statement,
+    with_blocks_edited,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.model.plan import creation_index, plan_of
@@ -375,29 +377,15 @@ class _Prepare(HomeBlockTransformer):
     def _prepared_inside(
         self, node: cst.BaseStatement, lines: Mapping[int, tuple[str, ...]], indent: str, *, after: bool
     ) -> cst.BaseStatement:
-        """An ``if`` or ``with`` statement with :meth:`_prepare_at` done in its bodies."""
-        if not isinstance(node, (cst.If, cst.With)):
+        """A branching statement (an ``if`` chain, a ``with`` or ``try`` block) with
+        :meth:`_prepare_at` done in each of its blocks: each branch binding and training a model
+        gets its own prepare."""
+        if not branch_blocks(node):
             return node
-        return self._in_bodies(node, lambda body: self._prepare_at(body, lines, indent + "    ", after=after))
-
-    def _in_bodies(
-        self,
-        node: cst.For | cst.While | cst.With | cst.If,
-        edit: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]],
-    ) -> cst.BaseStatement:
-        """``node`` with ``edit`` done to its body, then to its ``else`` body (a loop's, an
-        ``if``'s; not an ``elif``), where they are indented blocks."""
-        if not isinstance(node.body, cst.IndentedBlock):
-            return node
-        original = node
-        node = node.with_changes(body=node.body.with_changes(body=edit(list(node.body.body))))
-        orelse = getattr(node, "orelse", None)
-        if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-            inner = edit(list(orelse.body.body))
-            node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
+        edited = with_blocks_edited(node, lambda inner: self._prepare_at(inner, lines, indent + "    ", after=after))
         if self.origins is not None:
-            self.origins.carry(original, node)  # later rules find its loops by their original lines
-        return node
+            self.origins.carry(node, edited)  # later rules find its loops by their original lines
+        return edited
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
         """The plan's first and last statements of ``block`` binding each object before its
@@ -428,10 +416,14 @@ class _Prepare(HomeBlockTransformer):
                     self._took([name])
                     result += self._prepare_statements([name], indent)
                 continue
-            if isinstance(node, (cst.For, cst.While, cst.With, cst.If)):
-                node = self._in_bodies(
-                    node, lambda body: self._prepare_where_built(body, names, indent + "    ", where)
+            if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
+                original = node
+                node = with_blocks_edited(
+                    node, lambda inner: self._prepare_where_built(inner, names, indent + "    ", where)
                 )
+                if self.origins is not None:
+                    # Later rules find a loop by its original line (the evaluation loop here).
+                    self.origins.carry(original, node)
             result.append(node)
         return result
 

@@ -24,7 +24,8 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
-(ACC949, a warning), as is a forward nested inside a larger expression (ACC943). A size read off the batch
+(ACC949, a warning), as is a forward nested inside a larger expression or sitting in a branch of an
+``if``/``else`` (a ``try`` block, a loop) inside the loop (ACC943, saying which). A size read off the batch
 before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not a per-sample row: it
 is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
 reported (ACC950), with the gathered rows to count instead.
@@ -165,7 +166,7 @@ class MetricsCodemod(Rule):
             'Sum per-sample losses: compute the evaluation loss with ``reduction="sum"`` (e.g. ``F.cross_entropy(out, y, reduction="sum")``) and divide by the number of samples after the loop.'
         ),
         "ACC943": (
-            "Assign the forward's output to a name on its own line (``output = model(x)``), then use it in the larger expression; convert again, or gather it yourself with ``accelerator.gather_for_metrics((output, y))``."
+            "Assign the forward's output to a name on its own line (``output = model(x)``), then use it in the larger expression; convert again, or gather it yourself with ``accelerator.gather_for_metrics((output, y))``. Where the forward sits in a branch of an ``if``/``else`` (or a ``try`` block, a loop) inside the evaluation loop, gather its output with the targets right after it, in each branch."
         ),
         "ACC944": (
             "Gather what the call returns together with the targets: ``preds, targets = accelerator.gather_for_metrics((preds, targets))`` right after it, padded first with ``accelerator.pad_across_processes(preds, dim=1)`` where its length varies."
@@ -211,7 +212,10 @@ class MetricsCodemod(Rule):
         SYNCED_TWICE: "metrics-synced-twice: a metric object updated with gathered values that syncs across processes again in compute()",
         MEAN_OF_BATCHES: "metrics-mean-of-batches: a mean over batches, which the gather changes (a batch of every process per step)",
         SUMMED_BATCH_MEANS: "metrics-summed-batch-means: a batch-mean loss added up per batch: after the gather the sum shrinks with the process count",
-        NESTED_FORWARD: "metrics-nested-forward: the forward nested in a larger expression: its output is not gathered",
+        NESTED_FORWARD: (
+            "metrics-nested-forward: the forward nested in a larger expression, or in a branch or block inside "
+            "the loop: its output is not gathered"
+        ),
         FORWARD_IN_CALL: "metrics-forward-in-call: the model runs inside another call (a generate or decode helper): its output is not gathered",
         UNKNOWN_MODEL: "metrics-unknown-model: evaluation with no forward of a known model (models from a list, an ensemble), not gathered",
         PYTHON_VALUE: "metrics-python-value: a Python value made per batch (a list of lengths, a number) among the values to gather: nothing gathered",
@@ -689,6 +693,44 @@ class MetricsCodemod(Rule):
             message=(
                 "the forward is nested in a larger expression: assign its output to a name, then gather "
                 "it with accelerator.gather_for_metrics"
+            ),
+        ),
+        Example(
+            code=NESTED_FORWARD,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--flip", action="store_true")
+                args = parser.parse_args()
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        if args.flip:
+                            output = model(x.flip(-1))
+                        else:
+                            output = model(x)
+                        correct += (output.argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "the forward sits in a branch of an if/else inside the loop: its output is not gathered, so the "
+                "metrics cover this process only; gather it with the targets right after the forward in each "
+                "branch: accelerator.gather_for_metrics((output, targets))"
             ),
         ),
         Example(

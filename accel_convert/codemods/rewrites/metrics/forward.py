@@ -62,6 +62,23 @@ def model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.Ca
     return None
 
 
+def block_holding_forward(statements: Sequence[cst.BaseStatement], facts: ScriptFacts) -> cst.CSTNode | None:
+    """The statement of a loop body (looking into ``with`` blocks, as :func:`find_forward` does)
+    in a block of which the first model call sits, when that is not a line of the loop's own: a
+    branch of an ``if`` (``if opt.ctc: preds = model(x)`` / ``else: ...``), a ``try`` block, a
+    loop inside the loop. None when the first model call is on a line of the loop's own (nested in
+    a larger expression there) or there is none."""
+    for statement in statements:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if not any(is_model_call(node, facts) for node in nodes_in(statement)):
+            continue
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            return block_holding_forward(list(statement.body.body), facts)
+        return None if isinstance(statement, cst.SimpleStatementLine) else statement
+    return None
+
+
 def is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
     return isinstance(node, cst.Call) and dotted(node.func) in evaluated_models(facts)
 

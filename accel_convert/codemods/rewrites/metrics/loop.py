@@ -54,6 +54,7 @@ from accel_convert.codemods.rewrites.metrics.counts import batches_counted, coun
 from accel_convert.codemods.rewrites.metrics.ensembles import find_ensemble_forward
 from accel_convert.codemods.rewrites.metrics.forward import (
     Forward,
+    block_holding_forward,
     find_averaged_forwards,
     find_forward,
     hoist_forward,
@@ -328,17 +329,31 @@ class EvalLoopRewriter(RuleTransformer):
             forward = find_averaged_forwards(body.body, self.facts)
         return loop, forward
 
+    def _unseen_forward(self, statements: Sequence[cst.BaseStatement]) -> str:
+        """What ACC943 says of a loop whose forward the rule cannot gather: where it sits."""
+        block = block_holding_forward(statements, self.facts)
+        if block is None:
+            return (
+                "the forward is nested in a larger expression: assign its output to a name, "
+                "then gather it with accelerator.gather_for_metrics"
+            )
+        if isinstance(block, cst.If):
+            where, each = "a branch of an if/else", " in each branch"
+        elif isinstance(block, (cst.Try, cst.TryStar)):
+            where, each = "a try block", ""
+        else:
+            where, each = ("a loop" if isinstance(block, (cst.For, cst.While)) else "a block"), ""
+        return (
+            f"the forward sits in {where} inside the loop: its output is not gathered, so the metrics "
+            f"cover this process only; gather it with the targets right after the forward{each}: "
+            "accelerator.gather_for_metrics((output, targets))"
+        )
+
     def _report_no_forward(self, original: cst.For, loop: cst.For) -> None:
         """Why an evaluation loop with no forward to gather is left as written, when it says."""
         runner = model_passed_to_call(loop, self.facts)
         if contains(loop, lambda n: is_model_call(n, self.facts), cst.Call):
-            self.report(
-                original,
-                NESTED_FORWARD,
-                "the forward is nested in a larger expression: assign its output to a name, "
-                "then gather it with accelerator.gather_for_metrics",
-                False,
-            )
+            self.report(original, NESTED_FORWARD, self._unseen_forward(cast(cst.IndentedBlock, loop.body).body), False)
         elif runner is not None:
             # ``pred = greedy_decode(model, src)``: the forward runs in a function whose
             # output's layout the rule cannot see (a decoded sequence's length may differ
