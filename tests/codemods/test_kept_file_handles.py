@@ -119,7 +119,7 @@ def test_a_trainers_kept_handle_is_opened_on_the_main_process_only() -> None:
         """
     )
     output, changes = convert_text(source)
-    assert "self.log = open(log_path if self.accelerator.is_main_process else os.devnull, \"a\")\n" in output
+    assert 'self.log = open(log_path if self.accelerator.is_main_process else os.devnull, "a")\n' in output
     assert _acc916(changes) == []
 
 
@@ -178,7 +178,9 @@ def test_a_handle_where_the_accelerator_is_not_reachable_is_reported() -> None:
         TRAINING.replace(
             '        log.write(f"epoch {epoch}\\n")\n',
             '        if args.rank == 0:\n            log.write(f"epoch {epoch}\\n")\n',
-        ).replace("def main():", "def main(args):").replace("    main()", "    main(parse())"),
+        )
+        .replace("def main():", "def main(args):")
+        .replace("    main()", "    main(parse())"),
     ],
     ids=["read-mode", "read-mode-r", "writes-under-a-rank-test"],
 )

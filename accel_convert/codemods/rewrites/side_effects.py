@@ -23,6 +23,16 @@ created on every rank and reported (ACC916): None would fail there. So is ``wand
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
 wandb.config``, ``wandb.run.name``): before ``init`` those reads raise.
 
+A file opened for writing into a name and kept to write through (deep-text-recognition's ``log =
+open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a notebook's module-level
+``log``, a trainer's ``self.log = open(path, "a")`` in ``__init__``), written on every rank, is
+opened on the main process only the same way, ``os.devnull`` on the others, with no barrier: the
+program model's file flow says that no code reads the file back. Where code may read it back, it
+is read through the handle (``"a+"``) or created exclusively (``"x"``), not every rank reaches
+the ``open``, or no accelerator reaches it (module code before the accelerator, a function it does
+not reach), it stays on every rank and is reported (ACC916). A handle the script writes only under
+a test of its rank (``if args.rank == 0:``) stays as it is.
+
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
 
@@ -84,7 +94,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.file_flow import file_logger_class, kept_handles
+from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, file_logger_class, kept_handles
 from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import (
     holds_work_of_every_rank,
@@ -102,6 +112,16 @@ UNGUARDED_FETCH = (
     "URLError ...): left on every rank, each fetching and handling a failure as on one process (on the main "
     "process alone, a failed fetch would jump past the barrier the others wait at)"
 )
+#: The report of a file opened for writing and kept (``log = open(path, "a")``) where the
+#: accelerator is, but the main process alone cannot write it: what it is, then why, then this.
+KEPT_FILE_LEFT = "file opened for writing and kept to write through on every rank"
+KEPT_FILE_LEFT_EFFECT = (
+    "left on every rank, each writing its lines into it, one rank's over or after another's; open it on the main "
+    "process only (open(path if accelerator.is_main_process else os.devnull, ...)) and let the others wait "
+    "(accelerator.wait_for_everyone()) before they read it"
+)
+
+
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 
@@ -694,6 +714,96 @@ class SideEffectsCodemod(Rule):
                 if __name__ == "__main__":
                     main()
             """,
+        ),
+        # A file kept open for writing into a name and written on every rank: opened on the main
+        # process only, the others writing to os.devnull (nothing reads it back).
+        Example(
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    log = open("log_train.txt", "a")
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        log.write(f"epoch {epoch} loss {loss.item():.4f}\n")
+                    log.close()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after=r"""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    log = open("log_train.txt" if accelerator.is_main_process else os.devnull, "a")
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        log.write(f"epoch {epoch} loss {loss.item():.4f}\n")
+                    log.close()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # Read back later in the run: the main process alone writing it, another rank could read it
+        # before it is complete.
+        Example(
+            code="ACC916",
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    log = open("log_train.txt", "a")
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        log.write(f"epoch {epoch} loss {loss.item():.4f}\n")
+                    log.close()
+                    with open("log_train.txt") as f:
+                        print(f.read())
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=f"{KEPT_FILE_LEFT}, {HANDLE_READ_BACK}: {KEPT_FILE_LEFT_EFFECT}",
         ),
         Example(
             before="""
@@ -1545,14 +1655,6 @@ KEPT_HANDLE_UNREACHABLE = (
     "file opened for writing and kept where the accelerator is not reachable: every rank opens it and writes its "
     "lines into it, one rank's over or after another's; open it where the accelerator is, on the main process only "
     "(open(path if accelerator.is_main_process else os.devnull, ...))"
-)
-#: The report of a file opened for writing and kept (``log = open(path, "a")``) where the
-#: accelerator is, but the main process alone cannot write it: what it is, then why, then this.
-KEPT_FILE_LEFT = "file opened for writing and kept to write through on every rank"
-KEPT_FILE_LEFT_EFFECT = (
-    "left on every rank, each writing its lines into it, one rank's over or after another's; open it on the main "
-    "process only (open(path if accelerator.is_main_process else os.devnull, ...)) and let the others wait "
-    "(accelerator.wait_for_everyone()) before they read it"
 )
 
 
