@@ -403,8 +403,9 @@ def _names_handle(a: Analysis, call: CallRecord, handle: tuple[str, str], assign
     """How code where ``call`` stands spells the handle; None where it cannot read it."""
     owner, name = handle
     if name.startswith("."):
-        instance = a.r.classes[owner].self_names.get(call.scope[1]) if len(call.scope) == 2 else None
-        return None if call.scope[:1] != (owner,) or instance is None else f"{instance}{name}"
+        in_class = len(call.scope) == 2 and call.scope[0] == owner
+        instance = a.r.classes[owner].self_names.get(call.scope[1]) if in_class else None
+        return None if instance is None else f"{instance}{name}"
     if call.scope == assign.scope:
         return name
     if owner != MODULE or _binds_locally(a, call, name):
@@ -425,7 +426,7 @@ def _file_reads(a: Analysis) -> list[_Access]:
     return [
         _access(a, call, argument_for(call.node, 0, "file"))
         for call in a.r.calls
-        if (mode := a.facts.open_mode(call.node, call.scope)) is not None and not any(m in mode for m in "wax")
+        if a.facts.open_mode(call.node, call.scope) is not None and not a.facts.opens_for_writing(call.node, call.scope)
     ]
 
 
