@@ -227,3 +227,44 @@ def test_a_handle_already_opened_on_the_main_process_stays() -> None:
     output, changes = convert_text(source)
     assert '        log = open("train.log", "w")\n' in output and "os.devnull" not in output
     assert [c for c in changes if "devnull" in c.message] == []
+
+
+GLOBAL_HANDLE = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    log = open("train.log", "a")
+
+
+    def report(epoch):
+        log.write(f"epoch {epoch}\\n")
+
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for data, target in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(data), target).backward()
+            optimizer.step()
+        report(epoch)
+    """
+)
+
+
+def test_a_global_handle_written_in_a_function_is_seen() -> None:
+    """The module's ``log``, written by ``report()``, which reads the global: opened before the
+    accelerator, it is reported."""
+    output, changes = convert_text(GLOBAL_HANDLE)
+    assert [line for line, message in _acc916(changes) if "not reachable" in message] == [5]
+
+
+def test_a_local_of_the_same_name_is_not_the_global_handle() -> None:
+    """``report()`` binds a ``log`` of its own: nothing writes through the module's file."""
+    source = GLOBAL_HANDLE.replace('    log.write(f"epoch {epoch}\\n")\n', "    log = []\n    log.append(epoch)\n")
+    assert source != GLOBAL_HANDLE
+    output, changes = convert_text(source)
+    assert _acc916(changes) == [] and "os.devnull" not in output

@@ -408,17 +408,8 @@ def _names_handle(a: Analysis, call: CallRecord, handle: tuple[str, str], assign
         return None if instance is None else f"{instance}{name}"
     if call.scope == assign.scope:
         return name
-    if owner != MODULE or _binds_locally(a, call, name):
-        return None
-    return name
-
-
-def _binds_locally(a: Analysis, call: CallRecord, name: str) -> bool:
-    """Whether the function (or method) ``call`` stands in binds ``name`` itself: a parameter or
-    an assignment there."""
-    if name in (a.r.defs.get(call.function) or ()) and len(call.scope) == 1:
-        return True
-    return any(other.scope == call.scope and name in other.targets for other in a.r.assigns)
+    # A global: read where the name denotes the module's binding (no local of that name).
+    return name if owner == MODULE and a.r.names.binding_scope(name, call.scope) == () else None
 
 
 def _file_reads(a: Analysis) -> list[_Access]:
