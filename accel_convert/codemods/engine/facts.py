@@ -231,17 +231,26 @@ class FactQuestions:
     def opens_for_writing(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> bool:
         """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant), the builtin ``open`` where
         ``node`` stands (``scope``), not one the script binds itself."""
+        mode = self.open_mode(node, scope)
+        return mode is not None and any(m in mode for m in "wax")
+
+    def open_mode(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
+        """The mode a call of the builtin ``open`` gives as a string literal (``"r"`` where it
+        gives none); None for any other call, or a mode written otherwise."""
         import libcst as cst
 
         if not isinstance(node, cst.Call) or not self.is_builtin(node.func, "open", scope):
-            return False
-        mode = None
+            return None
+        mode: cst.BaseExpression | None = None
         if len(node.args) > 1 and node.args[1].keyword is None:
             mode = node.args[1].value
         for arg in node.args:
             if arg.keyword and arg.keyword.value == "mode":
                 mode = arg.value
-        return isinstance(mode, cst.SimpleString) and any(m in str(mode.evaluated_value) for m in "wax")
+        if mode is None:
+            return "r"
+        evaluated = mode.evaluated_value if isinstance(mode, cst.SimpleString) else None
+        return evaluated if isinstance(evaluated, str) else None
 
     def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """What a call's function is, for matching against tables of names: its qualified name

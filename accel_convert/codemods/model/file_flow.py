@@ -23,9 +23,10 @@ written, and :func:`per_batch_writes` tells the check (ACC936) where that cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import cast
 
 import libcst as cst
@@ -55,9 +56,9 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import instance_class
-from accel_convert.codemods.model.locality import collects, counter_step, per_batch_values
+from accel_convert.codemods.model.locality import collects, counter_step, names_rank, per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
-from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
+from accel_convert.codemods.model.recorder import AssignRecord, CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis, PerRankLoop
 
 _EMPTY = cst.Module([])
@@ -290,6 +291,133 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
     if isinstance(func, cst.Attribute):
         return instance_class(a, call, func.value)
     return None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class KeptHandles:
+    """Files opened for writing into a name kept to write through later (deep-text-recognition's
+    ``log = open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a class's
+    ``self.log = open(path, "a")`` in ``__init__``, a notebook's module-level ``log``), by the
+    original (line, column) of their ``open`` call."""
+
+    #: Written through on every rank (a write outside any test of a rank) and read back by no
+    #: one: the main process alone opens the file, the others ``os.devnull``.
+    main_only: frozenset[tuple[int, int]] = frozenset()
+    #: Written through on every rank, but where the main process alone cannot write it: →
+    #: why (read back later, read through the handle itself, created exclusively).
+    left: Mapping[tuple[int, int], str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+#: Why a kept file stays on every rank (:attr:`KeptHandles.left`).
+HANDLE_READ_BACK = "read back later in the run"
+HANDLE_READ_THROUGH = "read through the handle itself (a '+' mode)"
+HANDLE_EXCLUSIVE = "created exclusively (mode 'x': os.devnull exists)"
+
+
+@rule_provider(needs=("call_graph", "file_logger_classes"))
+def kept_handles(a: Analysis) -> KeptHandles:
+    """Each file opened for writing and bound to a name (a local, a module global, an instance's
+    attribute) that the script writes through where every rank does (``log.write(...)``,
+    ``print(..., file=log)``, ``csv.writer(log)``, in the binding function, in any function
+    reading the global, in any method of the class): every rank would open the file and write
+    its lines into it, one rank's over or after another's. Where nothing may read the file
+    later in the run (a read of the same path, see :class:`_RunOrder`), the main process alone
+    writes it; elsewhere it stays on every rank, and the rule reports it. A handle written only
+    under a test of a rank (``if rank == 0: log.write(...)``) is the script's own choice, and a
+    logger class's (:func:`file_loggers`) is built on the main process only."""
+    handles = [
+        (assign, call, handle)
+        for assign, call in _handle_opens(a)
+        if (handle := _handle_key(a, assign)) is not None and _written_on_every_rank(a, assign, handle)
+    ]
+    if not handles:
+        return KeptHandles()
+    reads = [*_accesses(a, CHECKPOINT_READS), *_file_reads(a)]
+    order = _RunOrder(a)
+    main_only: set[tuple[int, int]] = set()
+    left: dict[tuple[int, int], str] = {}
+    for assign, call, _ in handles:
+        site = a.site(call.node)
+        mode = a.facts.open_mode(call.node, assign.scope) or ""
+        written = _access(a, call, argument_for(call.node, 0, "file"))
+        if "+" in mode:
+            left[(site.line, site.column)] = HANDLE_READ_THROUGH
+        elif "x" in mode:
+            left[(site.line, site.column)] = HANDLE_EXCLUSIVE
+        elif any(
+            read.line != written.line
+            and _same_file(written.path, read.path)
+            and order.runs_after(written.function, written.line, read)
+            for read in reads
+        ):
+            left[(site.line, site.column)] = HANDLE_READ_BACK
+        else:
+            main_only.add((site.line, site.column))
+    return KeptHandles(frozenset(main_only), MappingProxyType(left))
+
+
+def _handle_opens(a: Analysis) -> Iterator[tuple[AssignRecord, CallRecord]]:
+    """``name = open(path, "w")`` (one target) and its ``open`` call, outside logger classes."""
+    calls = {id(call.node): call for call in a.r.calls}
+    for assign in a.r.assigns:
+        call = calls.get(id(assign.value))
+        if call is None or len(assign.targets) != 1 or not a.facts.opens_for_writing(assign.value, assign.scope):
+            continue
+        if assign.scope and assign.scope[0] in a.facts.file_logger_classes:
+            continue
+        yield assign, call
+
+
+def _handle_key(a: Analysis, assign: AssignRecord) -> tuple[str, str] | None:
+    """Where a handle lives: (function, name) for a local or a global (``"<module>"``), (class,
+    attribute) for an instance's attribute (``self.log`` in one of its methods); None for
+    anything else (another object's attribute, a name in a nested function)."""
+    target = assign.targets[0]
+    if "." not in target:
+        return (assign.function, target) if len(assign.scope) <= 1 or assign.scope[0] in a.r.classes else None
+    head, _, attribute = target.partition(".")
+    owner = a.r.classes.get(assign.scope[0]) if len(assign.scope) == 2 else None
+    if owner is None or "." in attribute or owner.self_names.get(assign.scope[1]) != head:
+        return None
+    return (assign.scope[0], f".{attribute}")
+
+
+def _written_on_every_rank(a: Analysis, assign: AssignRecord, handle: tuple[str, str]) -> bool:
+    """Whether some call hands the handle on or calls a method of it (``close`` aside) outside
+    any ``if`` testing a rank: every rank would write through it."""
+    for call in a.r.calls:
+        if any(names_rank(record.node.test) for record in call.ifs):
+            continue
+        func = call.node.func
+        used = {dotted(arg.value) for arg in call.node.args}
+        if isinstance(func, cst.Attribute) and func.attr.value != "close":
+            used.add(dotted(func.value))
+        spelled = _names_handle(a, call, handle, assign)
+        if spelled is not None and spelled in used:
+            return True
+    return False
+
+
+def _names_handle(a: Analysis, call: CallRecord, handle: tuple[str, str], assign: AssignRecord) -> str | None:
+    """How code where ``call`` stands spells the handle; None where it cannot read it."""
+    owner, name = handle
+    if name.startswith("."):
+        in_class = len(call.scope) == 2 and call.scope[0] == owner
+        instance = a.r.classes[owner].self_names.get(call.scope[1]) if in_class else None
+        return None if instance is None else f"{instance}{name}"
+    if call.scope == assign.scope:
+        return name
+    # A global: read where the name denotes the module's binding (no local of that name).
+    return name if owner == MODULE and a.r.names.binding_scope(name, call.scope) == () else None
+
+
+def _file_reads(a: Analysis) -> list[_Access]:
+    """Calls of the builtin ``open`` that read (``open(path)``, ``open(path, "rb")``)."""
+    return [
+        _access(a, call, argument_for(call.node, 0, "file"))
+        for call in a.r.calls
+        if a.facts.open_mode(call.node, call.scope) is not None and not a.facts.opens_for_writing(call.node, call.scope)
+    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,16 @@ created on every rank and reported (ACC916): None would fail there. So is ``wand
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
 wandb.config``, ``wandb.run.name``): before ``init`` those reads raise.
 
+A file opened for writing into a name and kept to write through (deep-text-recognition's ``log =
+open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a notebook's module-level
+``log``, a trainer's ``self.log = open(path, "a")`` in ``__init__``), written on every rank, is
+opened on the main process only the same way, ``os.devnull`` on the others, with no barrier: the
+program model's file flow says that no code reads the file back. Where code may read it back, it
+is read through the handle (``"a+"``) or created exclusively (``"x"``), not every rank reaches
+the ``open``, or no accelerator reaches it (module code before the accelerator, a function it does
+not reach), it stays on every rank and is reported (ACC916). A handle the script writes only under
+a test of its rank (``if args.rank == 0:``) stays as it is.
+
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
 
@@ -84,9 +94,15 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.file_flow import file_logger_class
+from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, file_logger_class, kept_handles
 from accel_convert.codemods.model.home import reached_library
-from accel_convert.codemods.model.locality import holds_work_of_every_rank, locality, locality_of, tests_main_process
+from accel_convert.codemods.model.locality import (
+    holds_work_of_every_rank,
+    locality,
+    locality_of,
+    names_rank,
+    tests_main_process,
+)
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
@@ -96,6 +112,16 @@ UNGUARDED_FETCH = (
     "URLError ...): left on every rank, each fetching and handling a failure as on one process (on the main "
     "process alone, a failed fetch would jump past the barrier the others wait at)"
 )
+#: The report of a file opened for writing and kept (``log = open(path, "a")``) where the
+#: accelerator is, but the main process alone cannot write it: what it is, then why, then this.
+KEPT_FILE_LEFT = "file opened for writing and kept to write through on every rank"
+KEPT_FILE_LEFT_EFFECT = (
+    "left on every rank, each writing its lines into it, one rank's over or after another's; open it on the main "
+    "process only (open(path if accelerator.is_main_process else os.devnull, ...)) and let the others wait "
+    "(accelerator.wait_for_everyone()) before they read it"
+)
+
+
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 
@@ -103,7 +129,7 @@ DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rm
 class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
-    providers = (locality,)
+    providers = (locality, kept_handles)
     fixes = {
         "ACC916": (
             "Guard the write with the main process: pass ``accelerator`` to the function and put the file write or tracker call under ``if accelerator.is_main_process:``. For ``wandb.config`` read by every process, call ``wandb.init`` on the main process only and hand the values the others need as arguments."
@@ -689,6 +715,96 @@ class SideEffectsCodemod(Rule):
                     main()
             """,
         ),
+        # A file kept open for writing into a name and written on every rank: opened on the main
+        # process only, the others writing to os.devnull (nothing reads it back).
+        Example(
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    log = open("log_train.txt", "a")
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        log.write(f"epoch {epoch} loss {loss.item():.4f}\n")
+                    log.close()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after=r"""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    log = open("log_train.txt" if accelerator.is_main_process else os.devnull, "a")
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        log.write(f"epoch {epoch} loss {loss.item():.4f}\n")
+                    log.close()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # Read back later in the run: the main process alone writing it, another rank could read it
+        # before it is complete.
+        Example(
+            code="ACC916",
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    log = open("log_train.txt", "a")
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        log.write(f"epoch {epoch} loss {loss.item():.4f}\n")
+                    log.close()
+                    with open("log_train.txt") as f:
+                        print(f.read())
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=f"{KEPT_FILE_LEFT}, {HANDLE_READ_BACK}: {KEPT_FILE_LEFT_EFFECT}",
+        ),
         Example(
             before="""
                 import matplotlib.pyplot as plt
@@ -844,6 +960,55 @@ class _MainProcessGuard(RuleTransformer):
         path = cast(cst.Call, call).args[0].value if cast(cst.Call, call).args else None
         return not (isinstance(path, cst.IfExp) and tests_main_process(path.test, self.accelerator))
 
+    def _handle_opened_on_main_process(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """``log = open(path, "a")`` (or ``self.log = ...``) written through on every rank and read
+        back by no one (the file-flow owner's :class:`~codemods.model.file_flow.KeptHandles`),
+        where every rank reaches it: ``log = open(path if <main process> else os.devnull, "a")``,
+        the same rewrite as a ``with`` block's (every rank keeps a handle to write through, the
+        main process alone writes the file; no rank waits, since none reads it). Where the owner
+        says the main process alone cannot write it (read back, a ``+`` or ``x`` mode), or not
+        every rank reaches it (but under a test of a rank, the script's own choice), it stays and
+        is reported (ACC916). None where nothing is rewritten."""
+        call = self._kept_handle_open(statement)
+        if call is None:
+            return None
+        original = self._original_of.get(id(statement), statement)
+        handles = self.facts.of(kept_handles)
+        site = self.site(call)
+        reason = handles.left.get((site.line, site.column))
+        if reason is None and (site.line, site.column) not in handles.main_only:
+            return None
+        if reason is None and not self.every_rank_reaches_here():
+            if any(isinstance(node, cst.If) and names_rank(node.test) for node in self._anchors):
+                return None
+            reason = "where not every rank reaches it"
+        if reason is not None:
+            self.findings.add(original, "ACC916", f"{KEPT_FILE_LEFT}, {reason}: {KEPT_FILE_LEFT_EFFECT}", False)
+            return None
+        assert isinstance(statement, cst.SimpleStatementLine)
+        assign = cast(cst.Assign, statement.body[0])
+        self.findings.add(
+            original,
+            SideEffectsCodemod.code,
+            "file kept for writing opened on the main process only (os.devnull on the others): every rank writes "
+            "through it",
+            True,
+        )
+        self.devnull_used = True
+        return statement.with_changes(body=[assign.with_changes(value=self._opened_where_main(assign.value))])
+
+    def _kept_handle_open(self, statement: cst.BaseStatement) -> cst.Call | None:
+        """The ``open`` call of ``name = open(path, "w")`` as the script wrote it (not a file of
+        this process alone, nor opened on the main process already: a converted script)."""
+        if not _keeps_file_open_for_writing(statement, self.facts, self.scope) or self.writes_per_rank_here():
+            return None
+        assert isinstance(statement, cst.SimpleStatementLine)
+        small = statement.body[0]
+        if len(statement.body) != 1 or not isinstance(small, cst.Assign) or not self._opens_on_every_rank(small.value):
+            return None
+        paths = locality_of(self.facts).per_process_paths
+        return None if paths and names_in(small.value) & paths else cast(cst.Call, small.value)
+
     def _opened_where_main(self, call: cst.BaseExpression) -> cst.BaseExpression:
         """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``."""
         assert isinstance(call, cst.Call)
@@ -870,6 +1035,7 @@ class _MainProcessGuard(RuleTransformer):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         start = _first_statement_after_accelerator(updated_node.body, self.accelerator)
+        self._report_handles_unreachable(updated_node.body[:start])
         if start is None:
             self._report_after_download_calls()
             self._report_kept_by_loggers()
@@ -880,6 +1046,21 @@ class _MainProcessGuard(RuleTransformer):
         new_tail = self._guard_runs(tail)
         self._report_kept_by_loggers()
         return updated_node if new_tail is None else updated_node.with_changes(body=[*head, *new_tail])
+
+    def _report_handles_unreachable(self, statements: Sequence[cst.BaseStatement]) -> None:
+        """Module-level code before the accelerator (or in a module that does not create it)
+        opening a file every rank writes through (the file-flow owner's
+        :class:`~codemods.model.file_flow.KeptHandles`): reported (ACC916)."""
+        handles = self.facts.of(kept_handles)
+        for statement in statements if handles.main_only or handles.left else ():
+            call = self._kept_handle_open(statement)
+            site = None if call is None else self.site(call)
+            if site is not None and (
+                (site.line, site.column) in handles.main_only or (site.line, site.column) in handles.left
+            ):
+                self.findings.add(
+                    self._original_of.get(id(statement), statement), "ACC916", KEPT_HANDLE_UNREACHABLE, False
+                )
 
     def _report_kept_by_loggers(self) -> None:
         """The file a logger class keeps open for writing, reported (ACC916) unless every instance
@@ -938,7 +1119,11 @@ class _MainProcessGuard(RuleTransformer):
             if self._kept_for_run_state(statement):
                 runs.keep(statement)
                 continue
-            created = self._tracker_created_on_main_process(statement) or self._loggers_built_in_calls(statement)
+            created = (
+                self._tracker_created_on_main_process(statement)
+                or self._loggers_built_in_calls(statement)
+                or self._handle_opened_on_main_process(statement)
+            )
             if created is not None:
                 runs.add_rewritten(created)
                 continue
@@ -1183,7 +1368,8 @@ class _MainProcessGuard(RuleTransformer):
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
             elif _keeps_file_open_for_writing(statement, self.facts, self.scope):
-                message = KEPT_FILE_UNREACHABLE
+                in_logger = bool(self.scope) and self.scope[0] in self.facts.file_logger_classes
+                message = KEPT_FILE_UNREACHABLE if in_logger else KEPT_HANDLE_UNREACHABLE
             else:
                 continue
             original = self._original_of.get(id(statement), statement)
@@ -1460,6 +1646,15 @@ KEPT_FILE_UNREACHABLE = (
     "file opened for writing and kept (a logger's file) where the accelerator is not reachable: every rank "
     "opens it and writes its rows into it, one rank's over another's; create the object on the main process "
     "only (logger = Logger(...) if accelerator.is_main_process else None) and call it there"
+)
+
+
+#: The report of a file opened for writing into a name (``log = open(path, "a")``, not a logger
+#: class's) where no accelerator is.
+KEPT_HANDLE_UNREACHABLE = (
+    "file opened for writing and kept where the accelerator is not reachable: every rank opens it and writes its "
+    "lines into it, one rank's over or after another's; open it where the accelerator is, on the main process only "
+    "(open(path if accelerator.is_main_process else os.devnull, ...))"
 )
 
 

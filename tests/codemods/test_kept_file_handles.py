@@ -1,0 +1,270 @@
+"""A file opened for writing into a name and written through on every rank (deep-text-recognition's
+``log = open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a notebook's module-level
+``log``, a trainer's ``self.log`` in ``__init__``): the file-flow owner (``file_flow.kept_handles``)
+says whether the main process alone can write it, and the side-effects rule opens it there
+(``os.devnull`` on the others), reports it where it cannot, and leaves alone what is no such handle."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, kept_handles
+from tests.codemods.support import code, convert_text
+
+TRAINING = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def main():
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        log = open("train.log", "w")
+        for epoch in range(3):
+            for data, target in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+            log.write(f"epoch {epoch}\\n")
+        log.close()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+OPEN_LINE = 10
+
+
+def _acc916(changes) -> list[tuple[int, str]]:
+    return [(change.line, change.message) for change in changes if change.code == "ACC916"]
+
+
+@pytest.mark.parametrize("mode", ["w", "a", "ab"])
+def test_a_handle_written_on_every_rank_is_opened_on_the_main_process_only(mode: str) -> None:
+    source = TRAINING.replace('open("train.log", "w")', f'open("train.log", "{mode}")')
+    output, changes = convert_text(source)
+    assert f'    log = open("train.log" if accelerator.is_main_process else os.devnull, "{mode}")\n' in output
+    assert "import os\n" in output
+    # Every rank keeps writing through its handle: nothing is guarded, nothing waits.
+    assert '        log.write(f"epoch {epoch}\\n")\n' in output and "wait_for_everyone" not in output
+    assert [c.line for c in changes if c.code == "ACC116" and "os.devnull" in c.message] == [OPEN_LINE]
+    assert _acc916(changes) == []
+    again, _ = convert_text(output)
+    assert again == output
+
+
+def test_a_module_level_handle_in_a_notebook_is_opened_on_the_main_process_only() -> None:
+    source = code(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        log = open("train.log", "a")
+        for epoch in range(3):
+            for data, target in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+            print(f"epoch {epoch}", file=log)
+        log.close()
+        """
+    )
+    output, changes = convert_text(source)
+    assert 'log = open("train.log" if accelerator.is_main_process else os.devnull, "a")\n' in output
+    assert _acc916(changes) == []
+
+
+def test_a_trainers_kept_handle_is_opened_on_the_main_process_only() -> None:
+    source = code(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def __init__(self, log_path):
+                self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                self.model = nn.Linear(8, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.log = open(log_path, "a")
+
+            def fit(self):
+                for epoch in range(3):
+                    for data, target in self.loader:
+                        self.optimizer.zero_grad()
+                        nn.functional.mse_loss(self.model(data), target).backward()
+                        self.optimizer.step()
+                    self.log.write(f"epoch {epoch}\\n")
+
+
+        def main():
+            Trainer("train.log").fit()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    output, changes = convert_text(source)
+    assert 'self.log = open(log_path if self.accelerator.is_main_process else os.devnull, "a")\n' in output
+    assert _acc916(changes) == []
+
+
+def test_a_handle_read_back_later_stays_on_every_rank_and_is_reported() -> None:
+    """The file-flow owner pairs the handle's file with a read of the same path after it: the main
+    process alone writing it, another rank could read it before it is complete."""
+    source = TRAINING.replace(
+        "    log.close()\n", '    log.close()\n    with open("train.log") as f:\n        print(f.read())\n'
+    )
+    facts = analyse(cst.parse_module(source), source)
+    assert dict(facts.of(kept_handles).left) == {(OPEN_LINE, 10): HANDLE_READ_BACK}
+    output, changes = convert_text(source)
+    assert '    log = open("train.log", "w")\n' in output and "os.devnull" not in output
+    assert [line for line, message in _acc916(changes) if "read back" in message] == [OPEN_LINE]
+
+
+def test_another_file_read_later_does_not_keep_the_handle_on_every_rank() -> None:
+    source = TRAINING.replace(
+        "    log.close()\n", '    log.close()\n    with open("settings.json") as f:\n        print(f.read())\n'
+    )
+    output, changes = convert_text(source)
+    assert 'log = open("train.log" if accelerator.is_main_process else os.devnull, "w")' in output
+
+
+@pytest.mark.parametrize(("mode", "why"), [("a+", "read through the handle"), ("x", "created exclusively")])
+def test_a_handle_the_main_process_alone_cannot_keep_is_reported(mode: str, why: str) -> None:
+    output, changes = convert_text(TRAINING.replace('open("train.log", "w")', f'open("train.log", "{mode}")'))
+    assert f'    log = open("train.log", "{mode}")\n' in output
+    assert [line for line, message in _acc916(changes) if why in message] == [OPEN_LINE]
+
+
+def test_a_handle_where_the_accelerator_is_not_reachable_is_reported() -> None:
+    """Opened by module-level code of a script training in ``main()`` (every rank runs it, and no
+    accelerator is there yet): reported, not rewritten."""
+    source = TRAINING.replace('    log = open("train.log", "w")\n', "").replace(
+        "def main():", 'log = open("train.log", "w")\n\n\ndef main():'
+    )
+    output, changes = convert_text(source)
+    assert 'log = open("train.log", "w")\n' in output and "os.devnull" not in output
+    assert [message.split(":")[0] for _, message in _acc916(changes)] == [
+        "file opened for writing and kept where the accelerator is not reachable"
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # Read mode: nothing is written.
+        TRAINING.replace('open("train.log", "w")', 'open("train.log")').replace(
+            '        log.write(f"epoch {epoch}\\n")\n', "        print(log.readline())\n"
+        ),
+        TRAINING.replace('open("train.log", "w")', 'open("train.log", "r")').replace(
+            '        log.write(f"epoch {epoch}\\n")\n', "        print(log.readline())\n"
+        ),
+        # Every write is under the script's own test of its rank.
+        TRAINING.replace(
+            '        log.write(f"epoch {epoch}\\n")\n',
+            '        if args.rank == 0:\n            log.write(f"epoch {epoch}\\n")\n',
+        )
+        .replace("def main():", "def main(args):")
+        .replace("    main()", "    main(parse())"),
+    ],
+    ids=["read-mode", "read-mode-r", "writes-under-a-rank-test"],
+)
+def test_what_is_no_handle_written_on_every_rank_stays(source: str) -> None:
+    assert "print(log.readline())" in source or "if args.rank == 0:\n            log.write" in source
+    output, changes = convert_text(source)
+    assert "os.devnull" not in output
+    assert _acc916(changes) == []
+
+
+def test_a_handle_already_opened_on_the_main_process_stays() -> None:
+    """A script using the accelerator that opens and writes its log under ``if
+    accelerator.is_main_process:`` already: left as written."""
+    source = code(
+        """
+        import torch
+        import torch.nn as nn
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main():
+            accelerator = Accelerator()
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            if accelerator.is_main_process:
+                log = open("train.log", "w")
+            for epoch in range(3):
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(data), target)
+                    accelerator.backward(loss)
+                    optimizer.step()
+                if accelerator.is_main_process:
+                    log.write(f"epoch {epoch}\\n")
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    output, changes = convert_text(source)
+    assert '        log = open("train.log", "w")\n' in output and "os.devnull" not in output
+    assert [c for c in changes if "devnull" in c.message] == []
+
+
+GLOBAL_HANDLE = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    log = open("train.log", "a")
+
+
+    def report(epoch):
+        log.write(f"epoch {epoch}\\n")
+
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for data, target in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(data), target).backward()
+            optimizer.step()
+        report(epoch)
+    """
+)
+
+
+def test_a_global_handle_written_in_a_function_is_seen() -> None:
+    """The module's ``log``, written by ``report()``, which reads the global: opened before the
+    accelerator, it is reported."""
+    output, changes = convert_text(GLOBAL_HANDLE)
+    assert [line for line, message in _acc916(changes) if "not reachable" in message] == [5]
+
+
+def test_a_local_of_the_same_name_is_not_the_global_handle() -> None:
+    """``report()`` binds a ``log`` of its own: nothing writes through the module's file."""
+    source = GLOBAL_HANDLE.replace('    log.write(f"epoch {epoch}\\n")\n', "    log = []\n    log.append(epoch)\n")
+    assert source != GLOBAL_HANDLE
+    output, changes = convert_text(source)
+    assert _acc916(changes) == [] and "os.devnull" not in output
