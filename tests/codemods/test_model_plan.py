@@ -923,10 +923,11 @@ def test_a_model_no_prepare_can_follow_is_the_plans_to_report() -> None:
 
         def main():
             loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
-            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            head = nn.Linear(1, 1)
+            optimizer = torch.optim.SGD([*net.parameters(), *head.parameters()], lr=0.1)
             for x, y in loader:
                 optimizer.zero_grad()
-                nn.functional.mse_loss(net(x), y).backward()
+                nn.functional.mse_loss(head(net(x)), y).backward()
                 optimizer.step()
 
 
@@ -934,7 +935,9 @@ def test_a_model_no_prepare_can_follow_is_the_plans_to_report() -> None:
             main()
         """
     )
-    # A prepare in ``main`` would make ``net`` local to it: no prepare of the plan takes it.
+    # ``main`` builds a model of its own (``head``), so it is the home; a prepare in it would make
+    # the module's ``net`` local to it: no prepare of the plan takes it. (A function training the
+    # module's model alone makes the module the home, test_module_globals_trained.py.)
     assert plan.models_left_unprepared == ("net",)
     assert "accelerator.prepare(net" not in converted
 

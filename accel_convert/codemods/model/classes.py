@@ -108,8 +108,15 @@ def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str])
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
         methods = _saving_methods(a, name)
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches:
-        # Not a dataset: its instance goes to the loader's worker processes, the accelerator can't.
-        if name not in _derived_classes(a, _is_dataset_base):
+        # Not a dataset, whose instance goes to the loader's worker processes, nor a model, which
+        # prints on the main process by the rank test instead: neither keeps the accelerator.
+        # Nor a class that also saves (a checkpoint callback): what it saves is the program's to
+        # report (ACC914), not this rule's to rewrite on half-known objects.
+        if (
+            name not in a.facts.model_classes
+            and name not in _derived_classes(a, _is_dataset_base)
+            and not _saving_methods(a, name)
+        ):
             methods = _printing_methods(a, name)
     return methods
 

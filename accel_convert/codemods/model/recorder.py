@@ -43,6 +43,9 @@ class LoopRecord:
     #: Sequence number of the loop in the pass (orders it against .eval()/.train() calls).
     order: int
     has_backward: bool = False
+    #: The ``X.backward(...)`` calls written in its body (nested loops' too), as written: whether
+    #: one trains is the loops owner's question (model/loops.py).
+    backward_calls: list[cst.Call] = field(default_factory=list)
     calls: set[str] = field(default_factory=set)
     #: Methods of the enclosing class called on ``self`` in the loop (``self._run_batch(...)``).
     method_calls: set[str] = field(default_factory=set)
@@ -510,12 +513,16 @@ class Recorder(NameCollector):
                 frame.calls.add("." + func.attr.value)
                 if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
+        backward = is_backward(node)
         for exit_loop in self._exits:
             if isinstance(exit_loop, WhileRecord):
-                if is_backward(node):
+                if backward:
                     exit_loop.backward_calls.append(node)
                 if (callee_name := dotted(node.func)) is not None:
                     exit_loop.calls.add(callee_name)
+        if backward:
+            for loop in self._loops:
+                loop.backward_calls.append(node)
         method = self.instance_method_called(node)
         if method is not None:
             self.classes[self.scope[0]].method_calls[self.scope[1]].add(method)

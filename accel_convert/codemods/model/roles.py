@@ -14,7 +14,6 @@ from accel_convert.codemods.engine.imported_calls import builds_model_of_program
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
-    is_backward,
     nodes_in,
     parameters_filled,
 )
@@ -392,11 +391,10 @@ def _steps_its_own_way(a: Analysis, assign: AssignRecord, selections: AbstractSe
     if not (isinstance(value, cst.Call) and _takes_parameters(value, selections)):
         return False
     targets = set(assign.targets)
-    backward_loops = {id(loop.node) for call in a.r.calls if is_backward(call.node) for loop in call.loops}
     return any(
         isinstance(call.node.func, cst.Attribute)
         and dotted(call.node.func.value) in targets
-        and any(id(loop.node) in backward_loops for loop in call.loops)
+        and any(loop.backward_calls for loop in call.loops)
         for call in a.r.calls
     )
 
