@@ -22,7 +22,9 @@ too: each process draws its own split, so one process trains on samples another 
 and the gathered validation counts some samples twice and misses others. So is an in-place
 shuffle from numpy's or Python's global generator (``np.random.shuffle(indices)`` before
 ``indices[:split]``, ``random.shuffle``) in a file that seeds torch at most: ``torch.manual_seed``
-leaves those generators as they were.
+leaves those generators as they were. Which shuffles count is the process-locality owner's answer
+too: one an augmentation makes per sample (in a dataset's ``__getitem__``, or a helper only such
+code calls, in this module or another of the program) is each process's own on purpose.
 """
 
 from __future__ import annotations
@@ -163,6 +165,41 @@ class UnseededRandomData(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            # An augmentation: the shuffle runs per sample, each process's own, and splits nothing.
+            before="""
+                import random
+
+                import torch
+                from torch.utils.data import DataLoader, Dataset
+
+
+                def jitter(x):
+                    steps = [lambda v: v * 1.05, lambda v: v + 0.01]
+                    random.shuffle(steps)
+                    for step in steps:
+                        x = step(x)
+                    return x
+
+
+                class Augmented(Dataset):
+                    def __len__(self):
+                        return 64
+
+                    def __getitem__(self, i):
+                        return jitter(torch.full((4,), float(i))), i % 2
+
+
+                torch.manual_seed(0)
+                model = torch.nn.Linear(4, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in DataLoader(Augmented(), batch_size=8, shuffle=True):
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+            """,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -185,7 +222,8 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
         return  # the analysis saw no split: no walk of the file
     every_call = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
     seeds = [call for call in every_call if is_seeding_call(call, facts)]
-    calls = _not_agreed(module, every_call, facts)
+    shared = set(locality_of(facts).shared_draws)
+    calls = [call for call in _not_agreed(module, every_call, facts) if facts.origins.site(call) in shared]
     if all(facts.qualified_name(call.func) in TORCH_ONLY_SEEDS for call in seeds):
         # torch.manual_seed leaves numpy's and random's generators as they were.
         for call in calls:

@@ -500,6 +500,10 @@ class ScriptFacts(FactQuestions):
     #: Module-level functions from which the accelerator is reachable once converted: the home
     #: function and everything it calls (transitively, by plain name); "<module>" for module code.
     accessible_functions: AbstractSet[str] = frozenset()
+    #: A library's functions among them that code holding no accelerator also calls (its own
+    #: ``__main__`` block, directly or through its other functions): they take the accelerator as
+    #: an optional parameter and create their own when called without one.
+    optional_accelerator_functions: AbstractSet[str] = frozenset()
     #: Names of folders and files only one process has (``workdir = tempfile.mkdtemp()`` and
     #: paths built from it): writes there are not moved to the main process.
     per_process_paths: AbstractSet[str] = frozenset()
@@ -604,6 +608,11 @@ class ScriptFacts(FactQuestions):
     #: every such call is made evaluating (under ``no_grad``/``set_grad_enabled(False)`` or after
     #: the caller's ``model.eval()``): the program joins them into the callee's seeds.
     evaluating_calls_out: Mapping[str, bool] = field(default_factory=dict)
+    #: Functions of other program modules this module calls (absolute qualified names) → whether
+    #: every such call is made where each process does its own work (a dataset's ``__getitem__``,
+    #: a loop that trains): the program joins them into the callee's seeds, and a draw such a
+    #: function makes is per process on purpose (an augmentation), not shared.
+    per_process_calls_out: Mapping[str, bool] = field(default_factory=dict)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
     #: Whether the module's ``.backward()`` calls train something: False when nothing steps an
@@ -748,6 +757,7 @@ class FactsDraft(FactQuestions):
     models_prepared_where_built: set[str] = field(default_factory=set)
     home_kind: Literal["function", "main_guard", "module", "library"] = "module"
     accessible_functions: set[str] = field(default_factory=set)
+    optional_accelerator_functions: set[str] = field(default_factory=set)
     per_process_paths: set[str] = field(default_factory=set)
     trackers: set[str] = field(default_factory=set)
     self_training_models: set[str] = field(default_factory=set)
@@ -781,6 +791,7 @@ class FactsDraft(FactQuestions):
     drawing_functions: set[str] = field(default_factory=set)
     backward_functions: set[str] = field(default_factory=set)
     evaluating_calls_out: dict[str, bool] = field(default_factory=dict)
+    per_process_calls_out: dict[str, bool] = field(default_factory=dict)
     backward_site: Site | None = None
     backward_trains: bool = True
     backward_helpers: set[str] = field(default_factory=set)

@@ -11,8 +11,22 @@ from typing import cast
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from accel_convert.codemods.engine.model import ImportStyle
-from accel_convert.codemods.engine.syntax import first_statement_index
+from accel_convert.codemods.engine.model import ImportStyle, Options
+from accel_convert.codemods.engine.syntax import first_statement_index, statement
+
+
+def accelerate_import(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
+    """``from accel_convert.runtime import Accelerator`` (or ``from accelerate import ...`` for that target)."""
+    built = statement(f"from {options.accelerate_module} import {name}")
+    assert isinstance(built, cst.SimpleStatementLine)
+    return built
+
+
+def with_accelerate_import(module: cst.Module, options: Options, name: str = "Accelerator") -> cst.Module:
+    """``module`` importing ``name`` from the target's package (as it was, where it already does)."""
+    if imports_from(module, options.accelerate_module, name):
+        return module
+    return add_import(module, accelerate_import(options, name), options.import_style)
 
 
 def imports_from(module: cst.Module, package: str, name: str) -> bool:

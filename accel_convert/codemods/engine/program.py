@@ -31,7 +31,7 @@ seeds themselves).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -342,7 +342,11 @@ class Program:
             stepped=stepped_elsewhere([*calls, *method_calls], parents, facts),
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
-            evaluating_calls=_evaluating_calls(facts),
+            evaluating_calls=_every_call(facts, "evaluating_calls_out"),
+            per_process_calls={
+                **_every_call(facts, "per_process_calls_out"),
+                **{f"{use.callee_module}.{use.callee}": False for use in values},
+            },
             called_on_some_ranks={
                 callee
                 for module_facts in facts.values()
@@ -487,13 +491,16 @@ def _bundle_classes(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, tuple[tup
     )
 
 
-def _evaluating_calls(facts: dict[str, ScriptFacts]) -> dict[str, bool]:
+def _every_call(facts: dict[str, ScriptFacts], told: str) -> dict[str, bool]:
     """Program functions (qualified) called from another module → whether every such call, in
-    every module, is made evaluating (under ``no_grad`` or after the caller's ``model.eval()``)."""
+    every module, is made so, as each module tells it in its facts' field ``told``
+    (``evaluating_calls_out``: under ``no_grad`` or after the caller's ``model.eval()``;
+    ``per_process_calls_out``: where each process does its own work)."""
     joined: dict[str, bool] = {}
     for module_facts in facts.values():
-        for callee, evaluating in module_facts.evaluating_calls_out.items():
-            joined[callee] = joined.get(callee, True) and evaluating
+        verdicts: Mapping[str, bool] = getattr(module_facts, told)
+        for callee, verdict in verdicts.items():
+            joined[callee] = joined.get(callee, True) and verdict
     return joined
 
 

@@ -206,6 +206,9 @@ class Learnt:
     per_batch_file_writers: tuple[tuple[str, int, str], ...]
     #: Program functions (qualified) called from another module → whether every such call evaluates.
     evaluating_calls: dict[str, bool]
+    #: Program functions (qualified) called from another module → whether every such call is
+    #: made per process (a dataset's ``__getitem__``) and none is handed over as a value.
+    per_process_calls: dict[str, bool] = field(default_factory=dict)
     #: Program functions and methods (qualified) another module calls where some rank may not go.
     called_on_some_ranks: set[str] = field(default_factory=set)
     #: Module → the names it imports that another module binds to a fixed GPU, as it reads them.
@@ -257,6 +260,13 @@ class Learnt:
             imported_gpu_indices=frozenset(self.imported_gpu_indices.get(name, set())),
             logger_parameters=frozenset(self.received.loggers.get(name, set())),
             logger_callees=frozenset(self.received.logger_callees),
+            called_from_elsewhere=tuple(
+                sorted(
+                    (function, per_process)
+                    for qualified, per_process in self.per_process_calls.items()
+                    if (function := _own_callee(qualified, name, shape)) is not None
+                )
+            ),
             evaluated_from_elsewhere=tuple(
                 sorted(
                     (function, evaluating)

@@ -56,6 +56,10 @@ class ProgramSeeds:
     #: Imported functions (and classes) that draw from a global generator before any seed,
     #: directly or through their calls (a config helper drawing the learning rate).
     drawing_functions: frozenset[str] = frozenset()
+    #: This module's functions and classes that other modules of the program call → whether every
+    #: such call is made where each process does its own work (``transform(image)`` in a dataset's
+    #: ``__getitem__``): what they draw is per process on purpose there (an augmentation).
+    called_from_elsewhere: tuple[tuple[str, bool], ...] = ()
     #: This module's functions and methods (``"Trainer.make_dir"``) that another module of the
     #: program calls where some rank may not go (``if not os.path.isdir(d): utils.mkdir_p(d)``):
     #: nothing inside them is reached by every rank, so no barrier goes there

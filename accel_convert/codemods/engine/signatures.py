@@ -7,6 +7,8 @@ from typing import Any
 
 import libcst as cst
 
+from accel_convert.codemods.engine.syntax import is_docstring
+
 
 def parameter_index(params: cst.Parameters) -> int | None:
     """Where the new parameter goes among the positional ones (None: keyword-only)."""
@@ -31,6 +33,36 @@ def with_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
     if last_group and params.params:
         return params.with_changes(params=_appended(list(params.params), new))
     return params.with_changes(params=[*params.params, new])
+
+
+def with_optional_accelerator(function: cst.FunctionDef, name: str) -> cst.FunctionDef:
+    """``function`` taking ``name`` as a last parameter that defaults to None (keyword-only after
+    ``*args``), and creating its own accelerator first where it gets none::
+
+        def generate(decoder, prime_str="A", accelerator=None):
+            if accelerator is None:
+                accelerator = Accelerator()
+    """
+    params = function.params
+    new = cst.Param(
+        cst.Name(name),
+        default=cst.Name("None"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if not isinstance(params.star_arg, cst.MaybeSentinel) or params.kwonly_params or params.star_kwarg is not None:
+        if isinstance(params.star_arg, cst.MaybeSentinel):
+            params = params.with_changes(star_arg=cst.ParamStar())
+        params = params.with_changes(kwonly_params=[*params.kwonly_params, new])
+    else:
+        params = params.with_changes(params=_appended(list(params.params), new) if params.params else [new])
+    creation = cst.parse_statement(f"if {name} is None:\n    {name} = Accelerator()\n")
+    body = function.body
+    assert isinstance(body, cst.IndentedBlock)
+    statements = list(body.body)
+    start = 1 if statements and is_docstring(statements[0]) else 0
+    return function.with_changes(
+        params=params, body=body.with_changes(body=[*statements[:start], creation, *statements[start:]])
+    )
 
 
 def _appended(items: list[Any], new: Any) -> list[Any]:

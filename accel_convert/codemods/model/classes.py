@@ -34,12 +34,14 @@ def find_training_classes(a: Analysis) -> list[str]:
     models = _model_classes(a)
     a.facts.model_classes = set(models)
     trains_through_a_base = _training_subclasses(a, models)
+    # Neither a model nor a dataset keeps the accelerator only to print (see below).
+    not_printers = set(models) | set(_derived_classes(a, _is_dataset_base))
     for name, owner in a.r.classes.items():
         methods = {method for owner_name, method in a.backward_methods if owner_name == name}
         if methods and name in models and models[name] & set(a.constructions):
             a.facts.self_training_models.add(name)
             continue
-        methods = _methods_needing_the_accelerator(a, name, methods)
+        methods = _methods_needing_the_accelerator(a, name, methods, not_printers)
         if _takes_the_accelerator(a, name, owner, methods, inherited=name in trains_through_a_base):
             found.append(name)
     # A subclass with no ``__init__`` of its own (``class MSETrainer(BaseTrainer)`` defining
@@ -99,10 +101,14 @@ def _methods_building_training_classes_elsewhere(a: Analysis) -> dict[str, set[s
     return found
 
 
-def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str]) -> set[str]:
+def _methods_needing_the_accelerator(
+    a: Analysis, name: str, training: set[str], not_printers: AbstractSet[str]
+) -> set[str]:
     """The methods of class ``name`` that would use the accelerator: those running a backward
     (``training``) or looping over a loader; for a library's class the program hands the prepared
-    model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model)."""
+    model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model); for a
+    library's console logger the accelerator reaches (not one of ``not_printers``), those that
+    print."""
     methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
     methods |= _methods_handing_loaders_to_loops(a, name)
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
@@ -112,11 +118,7 @@ def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str])
         # prints on the main process by the rank test instead: neither keeps the accelerator.
         # Nor a class that also saves (a checkpoint callback): what it saves is the program's to
         # report (ACC914), not this rule's to rewrite on half-known objects.
-        if (
-            name not in a.facts.model_classes
-            and name not in _derived_classes(a, _is_dataset_base)
-            and not _saving_methods(a, name)
-        ):
+        if name not in not_printers and not _saving_methods(a, name):
             methods = _printing_methods(a, name)
     return methods
 
@@ -147,27 +149,24 @@ def _printing_methods(a: Analysis, name: str) -> set[str]:
     library's logger class built only where the accelerator is (``logger = Logger(...)`` in the
     training script, ``logger.log(losses)`` each batch) prints on the main process once it keeps
     the accelerator, as the script's own prints do."""
-    return {
-        call.scope[1]
-        for call in a.r.calls
-        if call.function == name
-        and len(call.scope) >= 2
-        and (
+    return _methods_calling(
+        a,
+        name,
+        lambda call: (
             a.r.names.builtin(call.node.func, call.scope) == "print"
             or a.r.names.qualified_name(call.node.func, call.scope) in CONSOLE_WRITES
-        )
-    }
+        ),
+    )
 
 
 def _saving_methods(a: Analysis, name: str) -> set[str]:
     """The methods of class ``name`` calling ``torch.save``."""
-    return {
-        call.scope[1]
-        for call in a.r.calls
-        if call.function == name
-        and len(call.scope) >= 2
-        and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
-    }
+    return _methods_calling(a, name, lambda call: a.r.names.qualified_name(call.node.func, call.scope) == "torch.save")
+
+
+def _methods_calling(a: Analysis, name: str, test: Callable[[CallRecord], bool]) -> set[str]:
+    """The methods of class ``name`` making a call that passes ``test``."""
+    return {call.scope[1] for call in a.r.calls if call.function == name and len(call.scope) >= 2 and test(call)}
 
 
 def classes_saving_handed_models(a: Analysis) -> list[str]:

@@ -63,6 +63,7 @@ from accel_convert.codemods.model.state import Analysis
         "main_function",
         "creating_function",
         "accessible_functions",
+        "optional_accelerator_functions",
         "training_functions",
         "unprepared_received_models",
         "models_prepared_where_built",
@@ -496,12 +497,32 @@ def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     ``self.accelerator`` when the class turns out to be a training class (which then receives
     it in ``__init__``, see ``model.classes.library_training_classes``).
 
-    Nor is a function the library's own top level calls (its ``__main__`` demo, a call made at
-    import): no accelerator exists there, so that call could not pass one; the function stays
-    as written and what it does on every rank is reported."""
+    Nor is a function the library's code calls at import: no accelerator exists there, so that
+    call could not pass one; the function stays as written and what it does on every rank is
+    reported. One its ``__main__`` block calls (the module is also a script of its own:
+    ``generate.py`` sampling from a saved model, YOLO's ``test.py`` evaluating a weights file),
+    directly or through functions the accelerator does not reach, takes the accelerator as an
+    optional parameter and creates its own where it is called without one
+    (``optional_accelerator_functions``): the program's callers hand it theirs, the script run
+    alone makes one for its single process."""
     facts = conclusions.facts
     facts.home_kind = "library"
     facts.main_function = None
     facts.creating_function = None
     reached = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
-    facts.accessible_functions = reached - conclusions.reachable(set(facts.call_graph.get(MODULE, ())))
+    r = conclusions.r
+    on_import = {
+        call.node.func.value
+        for call in r.calls
+        if call.function == MODULE
+        and not call.in_main_guard
+        and isinstance(call.node.func, cst.Name)
+        and call.node.func.value in r.defs
+    }
+    accessible = reached - conclusions.reachable(on_import)
+    facts.accessible_functions = accessible
+    facts.optional_accelerator_functions = {
+        function
+        for function in accessible
+        if any(function in callees and caller not in accessible for caller, callees in facts.call_graph.items())
+    }

@@ -616,7 +616,7 @@ RunPath = tuple[int, ...]
         "prepared",
         "prepared_attributes",
     ),
-    provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
+    provides=("shared_draws", "shared_draw_lines", "drawing_functions", "per_process_calls_out"),
 )
 def shared_draws(a: Analysis) -> None:
     """Draws from a global generator that no seeding call before them makes agree, and that decide
@@ -629,10 +629,16 @@ def shared_draws(a: Analysis) -> None:
     per-worker diversity the script asks for) or in a function only such code calls is per
     process on purpose. Whether a seed comes first is decided in run order (:data:`RunPath`), for
     the generator each seed seeds. Also the functions and classes making one, and the lines of
-    their calls: the accelerator is created above the first, and agrees the generators there."""
+    their calls: the accelerator is created above the first, and agrees the generators there.
+    In a module of a program, also how it calls the other modules' functions
+    (``per_process_calls_out``): a helper of ``utils.py`` that only a dataset's ``__getitem__``
+    calls (an augmentation shuffling its transforms) draws per process there too."""
     workers = _worker_init_functions(a)
-    calls = [(call, _callee(a, call)) for call in a.r.calls if not _per_process_draw(a, call, workers)]
+    every = [(call, _callee(a, call), _per_process_draw(a, call, workers)) for call in a.r.calls]
+    calls = [(call, callee) for call, callee, per_process in every if not per_process]
     paths = _run_paths(a, calls)
+    if a.seeds is not None:
+        a.facts.per_process_calls_out = _per_process_calls_out(a, every, paths)
     seeds = [
         (paths[call.function] + (a.site(call.node).line,), a.facts.callee_name(call.node.func, call.scope) or "")
         for call, _ in calls
@@ -653,6 +659,20 @@ def shared_draws(a: Analysis) -> None:
         if call.function != MODULE:
             a.facts.drawing_functions.add(call.function)
     _callers_of_drawing_functions(a, calls)
+
+
+def _per_process_calls_out(
+    a: Analysis, every: list[tuple[CallRecord, str | None, bool]], paths: Mapping[str, RunPath]
+) -> dict[str, bool]:
+    """Each function of another program module this module calls (qualified) → whether every
+    call of it here is made per process (:func:`_per_process_draw`), or from code only such calls
+    reach (not in ``paths``)."""
+    out: dict[str, bool] = {}
+    for call, callee, per_process in every:
+        if callee is not None and callee not in a.r.defs and callee not in a.r.classes:
+            alone = per_process or call.function not in paths
+            out[callee] = out.get(callee, True) and alone
+    return out
 
 
 def _generator_drawn(
@@ -817,11 +837,11 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 def _run_paths(a: Analysis, calls: list[tuple[CallRecord, str | None]]) -> dict[str, RunPath]:
     """Module-level code, and each function and class (its ``__init__``) it reaches through
     calls outside the loops that train, with the earliest :data:`RunPath` of its start. A module
-    of a program that its entry imports runs its functions when the entry calls them: each
-    starts with no path of its own there."""
+    of a program that its entry imports runs its functions when the entry calls them: each that
+    other code may start (:func:`_library_entries`) starts with no path of its own there."""
     paths: dict[str, RunPath] = {MODULE: ()}
     if a.seeds is not None and a.seeds.library:
-        paths.update(dict.fromkeys([*a.r.defs, *a.r.classes], ()))
+        paths.update(dict.fromkeys(_library_entries(a), ()))
     changed = True
     while changed:
         changed = False
@@ -833,6 +853,23 @@ def _run_paths(a: Analysis, calls: list[tuple[CallRecord, str | None]]) -> dict[
                 paths[callee] = path
                 changed = True
     return paths
+
+
+def _library_entries(a: Analysis) -> list[str]:
+    """The functions and classes of a module of a program that code outside it may start: those
+    another module calls where every process goes (:attr:`ProgramSeeds.called_from_elsewhere`),
+    and those no other module calls and nothing here calls either (a hook, a callable handed
+    over out of sight). Not one only this module's own code calls (it starts where that code
+    reaches it), nor one the other modules call only per process (``transform(image)`` in a
+    dataset's ``__getitem__``)."""
+    assert a.seeds is not None
+    elsewhere = dict(a.seeds.called_from_elsewhere)
+    called_here = {callee for call in a.r.calls if (callee := _callee(a, call)) is not None and callee != call.function}
+    return [
+        name
+        for name in [*a.r.defs, *a.r.classes]
+        if (name in elsewhere and not elsewhere[name]) or (name not in elsewhere and name not in called_here)
+    ]
 
 
 def _draws_globally(call: CallRecord, drawn: str) -> bool:

@@ -912,23 +912,12 @@ class _Handing:
         if function in self._global_reads:
             return self._global_reads[function]
         self._global_reads[function] = frozenset()  # a recursive call reads nothing more
-        module = self.a.module
-        definition = next(
-            (
-                top
-                for top in (module.body if module is not None else ())
-                if isinstance(top, cst.FunctionDef) and top.name.value == function
-            ),
-            None,
-        )
-        if definition is None:
-            return frozenset()
-        names = self.a.r.names
-        read = {
-            inner.value
-            for inner in nodes_in(definition.body)
-            if isinstance(inner, cst.Name) and names.binding_scope(inner.value, (function,)) == ()
-        }
+        r = self.a.r
+        used = [
+            *r.value_names,
+            *((call.node.func.value, call.scope) for call in r.calls if isinstance(call.node.func, cst.Name)),
+        ]
+        read = {name for name, scope in used if scope[:1] == (function,) and r.names.binding_scope(name, scope) == ()}
         # What the module's functions it calls read, the same way (``train`` calling ``step``).
         for callee in read & set(self.a.r.defs):
             read |= self._globals_read_by(callee)

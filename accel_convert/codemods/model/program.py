@@ -116,10 +116,32 @@ def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
 
 
 def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
-    """Parameters filled by callers in other modules take the role of what they receive."""
+    """Parameters filled by callers in other modules take the role of what they receive. A loader
+    not as prepared where the module's own ``__main__`` block calls its function too (the module
+    is also a script of its own): there it is the loader the block built, unprepared, so its
+    batches still need their moves."""
     facts = conclusions.facts
     for role, names in seeds.parameter_roles:
         getattr(facts, role).update(names)
     facts.models.update(seeds.models_handed_over)
-    facts.prepared.update(seeds.prepared)
+    standalone = {name for function in _reached_from_main_guard(conclusions) for name in conclusions.r.defs[function]}
+    facts.prepared.update(seeds.prepared - (standalone & facts.loaders))
     facts.frozen_models -= facts.models
+
+
+def _reached_from_main_guard(conclusions: Analysis) -> set[str]:
+    """The module-level functions that its ``__main__`` block calls, directly or through them."""
+    r = conclusions.r
+    calls: dict[str, set[str]] = {}
+    for call in r.calls:
+        if isinstance(call.node.func, cst.Name) and call.node.func.value in r.defs:
+            caller = "__main__" if call.in_main_guard else call.function
+            calls.setdefault(caller, set()).add(call.node.func.value)
+    found: set[str] = set()
+    pending = list(calls.get("__main__", ()))
+    while pending:
+        function = pending.pop()
+        if function not in found:
+            found.add(function)
+            pending.extend(calls.get(function, ()))
+    return found

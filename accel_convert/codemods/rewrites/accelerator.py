@@ -21,7 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.imports import add_import, imports_from
+from accel_convert.codemods.engine.imports import with_accelerate_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
@@ -123,13 +123,6 @@ def _option_default(call: cst.Call, option: str) -> int | None:
 
 def _integer(node: cst.BaseExpression) -> int | None:
     return int(node.value, 0) if isinstance(node, cst.Integer) else None
-
-
-def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
-    """``from accel_convert.runtime import Accelerator`` (or ``from accelerate import ...`` for that target)."""
-    built = statement(f"from {options.accelerate_module} import {name}")
-    assert isinstance(built, cst.SimpleStatementLine)
-    return built
 
 
 #: What ``--fsdp`` passes (the same for both targets: Accelerate's plugin defaults to FSDP1, the
@@ -427,8 +420,8 @@ class Accelerator(Rule):
         if options.split_batches and options.target == "accelerate":
             names.append("DataLoaderConfiguration")
         for name in names:
-            if not imports_from(converted, options.accelerate_module, name):
-                with_import = add_import(converted, import_statement(options, name), options.import_style)
+            with_import = with_accelerate_import(converted, options, name)
+            if with_import is not converted:
                 facts.origins.carry(converted, with_import)
                 converted = with_import
         return converted, transformer.changes(module)

@@ -5,7 +5,12 @@ functions such as ``train(args, model, device, train_loader, optimizer, epoch)``
 ``accelerator`` exists. As a person would, this pass adds an ``accelerator`` parameter (after the
 parameters without defaults) and passes it at every call site in the file — and to the callers of
 those functions in turn, up to the function that creates the accelerator. A call from code that has
-no accelerator (module level, a class method) is reported instead.
+no accelerator (module level, a class method) is reported instead, but in a module of a program
+that is also a script of its own (char-rnn's ``generate.py``, YOLOv3's ``test.py``): a function
+its ``__main__`` block calls as the training script does takes the accelerator as an optional
+last parameter, ``def generate(decoder, prime_str="A", accelerator=None):``, and creates its own
+where it gets none (``if accelerator is None: accelerator = Accelerator()``), so the module still
+runs alone.
 
 Such a function also used as a value (``hooks = [record_history, save_checkpoint]`` then ``for
 hook in hooks: hook(model, epoch)``, a trainer's ``callbacks=[save_weights]``) is called where no
@@ -31,10 +36,15 @@ from accel_convert.codemods.engine.imported_calls import (
     callers_of_imported_accelerator_users,
     imported_accelerator_call,
 )
-from accel_convert.codemods.engine.imports import add_import, imports_module
+from accel_convert.codemods.engine.imports import add_import, imports_module, with_accelerate_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
+from accel_convert.codemods.engine.signatures import (
+    parameter_index,
+    with_argument,
+    with_optional_accelerator,
+    with_parameter,
+)
 from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
@@ -165,6 +175,9 @@ class _PassAccelerator(RuleTransformer):
         self._not_values: set[int] = set()
         #: Whether ``functools.partial`` was written (its import is added).
         self.partial_written = False
+        #: Whether a function creating its own accelerator when called without one was written
+        #: (the ``Accelerator`` import is added).
+        self.creation_written = False
 
     def visit_Call(self, node: cst.Call) -> None:
         self._not_values.add(id(node.func))
@@ -266,12 +279,18 @@ class _PassAccelerator(RuleTransformer):
         # Module-level functions only (the scope still holds the function being left).
         if len(self.scope) > 1 or original_node.name.value not in self.needs:
             return updated
-        self.report(
-            original_node,
-            Helpers.code,
-            f"{original_node.name.value}() receives the accelerator as a parameter",
-            header_only=True,
-        )
+        name = original_node.name.value
+        if name in self.facts.optional_accelerator_functions:
+            # Its module's own ``__main__`` block calls it too, with no accelerator to hand over.
+            self.report(
+                original_node,
+                Helpers.code,
+                f"{name}() receives the accelerator as an optional parameter, and creates one where it is called without",
+                header_only=True,
+            )
+            self.creation_written = True
+            return with_optional_accelerator(updated, self.accelerator)
+        self.report(original_node, Helpers.code, f"{name}() receives the accelerator as a parameter", header_only=True)
         return updated.with_changes(params=with_parameter(updated.params, self.accelerator))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -299,6 +318,10 @@ class _PassAccelerator(RuleTransformer):
         if instance_accelerator is not None:
             # A training class's method hands on its own ``self.accelerator`` (ACC108).
             return with_argument(updated_node, index, self.accelerator, instance_accelerator)
+        if callee in self.facts.optional_accelerator_functions and (
+            caller is None or not self._caller_has_accelerator(caller)
+        ):
+            return updated_node  # it creates its own
         if caller is None or not self._caller_has_accelerator(caller):
             self.report(
                 original_node,
@@ -535,6 +558,8 @@ class Helpers(Rule):
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
         converted = module.visit(transformer)
+        if transformer.creation_written:
+            converted = with_accelerate_import(converted, options)
         if transformer.partial_written and not imports_module(converted, "functools"):
             converted = add_import(converted, statement("import functools"), options.import_style)  # type: ignore[arg-type]
         return converted, transformer.changes(module)
