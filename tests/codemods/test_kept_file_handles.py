@@ -10,7 +10,7 @@ import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.analysis import analyse
-from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, kept_handles
+from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK
 from tests.codemods.support import code, convert_text
 
 TRAINING = code(
@@ -130,7 +130,7 @@ def test_a_handle_read_back_later_stays_on_every_rank_and_is_reported() -> None:
         "    log.close()\n", '    log.close()\n    with open("train.log") as f:\n        print(f.read())\n'
     )
     facts = analyse(cst.parse_module(source), source)
-    assert dict(facts.of(kept_handles).left) == {(OPEN_LINE, 10): HANDLE_READ_BACK}
+    assert dict(facts.handles_left_on_every_rank) == {(OPEN_LINE, 10): HANDLE_READ_BACK}
     output, changes = convert_text(source)
     assert '    log = open("train.log", "w")\n' in output and "os.devnull" not in output
     assert [line for line, message in _acc916(changes) if "read back" in message] == [OPEN_LINE]
