@@ -12,7 +12,9 @@ import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.analysis import analyse
-from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, devnull_mode
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
+from accel_convert.codemods.model.file_flow import HANDLE_OPENED_ELSEWHERE, HANDLE_READ_BACK, devnull_mode
 from accel_convert.codemods.model.plan import plan_of
 from tests.codemods.support import code, convert_text
 
@@ -372,3 +374,36 @@ def test_the_accelerator_is_created_above_a_class_opening_a_handle_in_its_init()
     assert 'self.log = open(path if accelerator.is_main_process else os.devnull, "a")\n' in output
     assert output.index("accelerator = Accelerator()") < output.index('history = History("train.log")')
     assert _acc916(changes) == []
+
+
+OPENER_MODULE = code(
+    """
+    import os
+
+
+    def open_log(folder, name):
+        os.makedirs(folder, exist_ok=True)
+        return open(os.path.join(folder, name), "w")
+    """
+)
+
+
+def test_a_handle_another_module_opens_is_reported_where_it_is_kept() -> None:
+    """``log = logs.open_log(...)`` of ``logs.py``'s ``return open(path, "w")``, written through
+    each epoch on every rank: the file-flow owner follows the program's function (its
+    ``handle_openers``) and reports the handle where the script keeps it (ACC916). Opened on the
+    main process only, the other module's function would run there alone, with what its own
+    conversion adds (the barrier after its ``os.makedirs``): the other ranks would never reach it."""
+    train = TRAINING.replace("import torch\n", "import logs\nimport torch\n", 1).replace(
+        'log = open("train.log", "w")', 'log = logs.open_log("runs", "train.log")'
+    )
+    logs_module = ProgramModule("logs", cst.parse_module(OPENER_MODULE), OPENER_MODULE, False)
+    outcomes = convert_program(
+        [ProgramModule("train", cst.parse_module(train), train, False), logs_module], "train", Options()
+    )
+    opener = analyse(cst.parse_module(OPENER_MODULE), OPENER_MODULE)
+    assert dict(opener.handle_openers) == {"open_log": "w"}
+    reported = [(c.line, c.message) for c in outcomes["train"].changes if c.code == "ACC916"]
+    assert [line for line, message in reported if HANDLE_OPENED_ELSEWHERE in message] == [OPEN_LINE + 1]
+    assert '    log = logs.open_log("runs", "train.log"' in outcomes["train"].module.code
+    assert "os.devnull" not in outcomes["train"].module.code

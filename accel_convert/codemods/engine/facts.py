@@ -360,6 +360,9 @@ class ScriptFacts(FactQuestions):
     #: Classes whose ``__init__`` opens one of ``handles_main_process_writes``: each construction
     #: reads the accelerator.
     classes_opening_handles: AbstractSet[str] = frozenset()
+    #: Module-level functions returning a file they open for writing (``def open_log(path): return
+    #: open(path, "w")``) → its mode: another module of the program calling one opens that file.
+    handle_openers: Mapping[str, str] = field(default_factory=dict)
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -718,6 +721,7 @@ class FactsDraft(FactQuestions):
     handles_main_process_writes: set[tuple[int, int]] = field(default_factory=set)
     handles_left_on_every_rank: dict[tuple[int, int], str] = field(default_factory=dict)
     classes_opening_handles: set[str] = field(default_factory=set)
+    handle_openers: dict[str, str] = field(default_factory=dict)
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

@@ -350,6 +350,13 @@ class Program:
             },
             path_writers=_qualified(facts, "path_parameter_writes"),
             path_readers=_qualified(facts, "path_parameter_reads"),
+            handle_openers=tuple(
+                sorted(
+                    (f"{name}.{function}", mode)
+                    for name, module_facts in facts.items()
+                    for function, mode in module_facts.handle_openers.items()
+                )
+            ),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories={

@@ -295,6 +295,10 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 #: Why a kept file stays on every rank (``ScriptFacts.handles_left_on_every_rank``).
 HANDLE_READ_BACK = "read back later in the run"
 HANDLE_READ_THROUGH = "read through the handle itself (a '+' mode)"
+HANDLE_OPENED_ELSEWHERE = (
+    "opened by a function of another module of the program (which runs on every rank, its own "
+    "rewrites and barriers included: open the file on the main process only there, or here)"
+)
 
 
 @provider(
@@ -328,9 +332,13 @@ def kept_handles(a: Analysis) -> None:
     order = _RunOrder(a)
     for assign, call, _ in handles:
         site = a.site(call.node)
-        mode = a.facts.open_mode(call.node, assign.scope) or ""
-        written = _access(a, call, argument_for(call.node, 0, "file"))
-        if "+" in mode:
+        mode = opened_handle_mode(a.facts, call.node, assign.scope) or ""
+        # What another module's function opens may be any file (its path is its own business).
+        opened_here = a.facts.opens_for_writing(call.node, assign.scope)
+        written = _access(a, call, argument_for(call.node, 0, "file") if opened_here else None)
+        if not opened_here:
+            a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_OPENED_ELSEWHERE
+        elif "+" in mode:
             a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_READ_THROUGH
         elif any(
             read.line != written.line
@@ -345,6 +353,18 @@ def kept_handles(a: Analysis) -> None:
                 a.facts.classes_opening_handles.add(assign.scope[0])
 
 
+def opened_handle_mode(facts: FactQuestions, node: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    """The mode of the file a call opens for writing and hands back: the builtin ``open``'s
+    (``open(path, "w")``), or that of a function of another module of the program returning one
+    (``utils.open_log(path)``, the program's ``handle_openers``); None for anything else."""
+    if facts.opens_for_writing(node, scope):
+        return facts.open_mode(node, scope)
+    seeds = facts.program
+    if seeds is None or not seeds.handle_openers or not isinstance(node, cst.Call):
+        return None
+    return dict(seeds.handle_openers).get(program_callee(facts, node.func, scope) or "")
+
+
 def devnull_mode(mode: str) -> str:
     """The mode the processes but the main one open ``os.devnull`` in where the main process
     alone opens a file for writing in ``mode``: the same, but an exclusive creation (``"x"``:
@@ -354,11 +374,12 @@ def devnull_mode(mode: str) -> str:
 
 
 def _handle_opens(a: Analysis) -> Iterator[tuple[AssignRecord, CallRecord]]:
-    """``name = open(path, "w")`` (one target) and its ``open`` call, outside logger classes."""
+    """``name = open(path, "w")`` (one target) and its ``open`` call (or that of another module's
+    function returning such a file: :func:`opened_handle_mode`), outside logger classes."""
     calls = {id(call.node): call for call in a.r.calls}
     for assign in a.r.assigns:
         call = calls.get(id(assign.value))
-        if call is None or len(assign.targets) != 1 or not a.facts.opens_for_writing(assign.value, assign.scope):
+        if call is None or len(assign.targets) != 1 or opened_handle_mode(a.facts, assign.value, assign.scope) is None:
             continue
         if assign.scope and assign.scope[0] in a.facts.file_logger_classes:
             continue
@@ -422,7 +443,7 @@ def _file_reads(a: Analysis) -> list[_Access]:
 # --------------------------------------------------------------------------------------------
 
 
-@provider(needs=("imports",), provides=("keeps_files_for_writing", "creates_folders"))
+@provider(needs=("imports",), provides=("keeps_files_for_writing", "creates_folders", "handle_openers"))
 def kept_files(a: Analysis) -> None:
     """Whether the module opens a file for writing and binds it to write through later (the
     Cutout repository's ``util/misc.py``: ``class CSVLogger`` with ``self.csv_file = open(filename,
@@ -438,6 +459,19 @@ def kept_files(a: Analysis) -> None:
     a.facts.creates_folders = any(
         a.r.names.qualified_name(call.node.func, call.scope) in FOLDER_FUNCTIONS for call in a.r.calls
     )
+    # A module-level function handing back a file it opens for writing (``def open_log(path):
+    # return open(path, "w")``, or the name it binds it to): a call of it from another module of
+    # the program opens the file there (:func:`opened_handle_mode`).
+    for function, value in a.r.returns:
+        if function not in a.r.defs:
+            continue
+        if isinstance(value, cst.Name):
+            bound = [
+                assign.value for assign in a.r.assigns if assign.scope == (function,) and value.value in assign.targets
+            ]
+            value = bound[0] if len(bound) == 1 else value
+        if a.facts.opens_for_writing(value, (function,)):
+            a.facts.handle_openers[function] = a.facts.open_mode(value, (function,)) or "w"
 
 
 @provider(

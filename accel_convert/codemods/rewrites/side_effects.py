@@ -94,7 +94,12 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, devnull_mode, file_logger_class
+from accel_convert.codemods.model.file_flow import (
+    HANDLE_READ_BACK,
+    devnull_mode,
+    file_logger_class,
+    opened_handle_mode,
+)
 from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import (
     holds_work_of_every_rank,
@@ -999,23 +1004,32 @@ class _MainProcessGuard(RuleTransformer):
     def _kept_handle_open(self, statement: cst.BaseStatement) -> cst.Call | None:
         """The ``open`` call of ``name = open(path, "w")`` as the script wrote it (not a file of
         this process alone, nor opened on the main process already: a converted script)."""
-        if not _keeps_file_open_for_writing(statement, self.facts, self.scope) or self.writes_per_rank_here():
+        if not isinstance(statement, cst.SimpleStatementLine) or self.writes_per_rank_here():
             return None
-        assert isinstance(statement, cst.SimpleStatementLine)
         small = statement.body[0]
-        if len(statement.body) != 1 or not isinstance(small, cst.Assign) or not self._opens_on_every_rank(small.value):
+        if len(statement.body) != 1 or not isinstance(small, cst.Assign):
+            return None
+        if not self._opens_on_every_rank(small.value) and not self._opened_elsewhere(small.value):
             return None
         paths = locality_of(self.facts).per_process_paths
         return None if paths and names_in(small.value) & paths else cast(cst.Call, small.value)
+
+    def _opened_elsewhere(self, value: cst.BaseExpression) -> bool:
+        """A call of another module's function returning a file it opens for writing
+        (``logs.open_log(path)``): the file-flow owner keeps it on every rank, to be reported."""
+        return (
+            not self.facts.opens_for_writing(value, self.scope)
+            and opened_handle_mode(self.facts, value, self.scope) is not None
+        )
 
     def _opened_where_main(self, call: cst.BaseExpression) -> cst.BaseExpression:
         """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``; where
         ``os.devnull`` opens in another mode (the file-flow owner's :func:`devnull_mode`: ``"x"``
         → ``"w"``), ``open(path, "x") if <main process> else open(os.devnull, "w")``."""
         assert isinstance(call, cst.Call)
-        first = call.args[0]
         devnull = cst.Attribute(cst.Name("os"), cst.Name("devnull"))
-        mode = self.facts.open_mode(call, self.scope) or "r"
+        mode = self.facts.open_mode(call, self.scope) or "w"
+        first = call.args[0]
         if devnull_mode(mode) == mode:
             where = cst.IfExp(test=self._main_process(), body=first.value, orelse=devnull)
             return call.with_changes(args=[first.with_changes(value=where), *call.args[1:]])
