@@ -349,6 +349,20 @@ class ScriptFacts(FactQuestions):
     #: class (``train(model, CSVLogger("log.csv"))``): built on the main process only, None on
     #: the others, as the parameter it fills is a tracker.
     loggers_built_in_calls: AbstractSet[tuple[int, int]] = frozenset()
+    #: Files opened for writing into a name kept to write through on every rank (``log = open(path,
+    #: "a")``, a class's ``self.log`` in ``__init__``) and read back by no one, by the (line,
+    #: column) of their ``open`` call: the main process alone writes them, the others open
+    #: ``os.devnull`` (``codemods.model.file_flow.kept_handles``).
+    handles_main_process_writes: AbstractSet[tuple[int, int]] = frozenset()
+    #: Such files that every rank writes through but the main process alone cannot write (read
+    #: back later, read through the handle itself): (line, column) of the ``open`` → why.
+    handles_left_on_every_rank: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    #: Classes whose ``__init__`` opens one of ``handles_main_process_writes``: each construction
+    #: reads the accelerator.
+    classes_opening_handles: AbstractSet[str] = frozenset()
+    #: Module-level functions returning a file they open for writing (``def open_log(path): return
+    #: open(path, "w")``) → its mode: another module of the program calling one opens that file.
+    handle_openers: Mapping[str, str] = field(default_factory=dict)
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -713,6 +727,10 @@ class FactsDraft(FactQuestions):
     file_logger_classes: set[str] = field(default_factory=set)
     file_loggers: set[str] = field(default_factory=set)
     loggers_built_in_calls: set[tuple[int, int]] = field(default_factory=set)
+    handles_main_process_writes: set[tuple[int, int]] = field(default_factory=set)
+    handles_left_on_every_rank: dict[tuple[int, int], str] = field(default_factory=dict)
+    classes_opening_handles: set[str] = field(default_factory=set)
+    handle_openers: dict[str, str] = field(default_factory=dict)
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

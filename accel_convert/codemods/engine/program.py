@@ -354,6 +354,7 @@ class Program:
             },
             path_writers=_qualified(facts, "path_parameter_writes"),
             path_readers=_qualified(facts, "path_parameter_reads"),
+            handle_openers=_handle_openers(facts),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories={
@@ -473,6 +474,18 @@ def _qualified(facts: dict[str, ScriptFacts], fact: str) -> tuple[tuple[str, int
             (f"{name}.{function}", position, param)
             for name, module_facts in facts.items()
             for function, position, param in getattr(module_facts, fact)
+        )
+    )
+
+
+def _handle_openers(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, str], ...]:
+    """Every function of the program returning a file it opens for writing (see
+    ``file_flow.kept_files``), by qualified name, with its mode."""
+    return tuple(
+        sorted(
+            (f"{name}.{function}", mode)
+            for name, module_facts in facts.items()
+            for function, mode in module_facts.handle_openers.items()
         )
     )
 

@@ -217,6 +217,8 @@ class Learnt:
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     #: Functions and static or class methods (qualified) returning a new model, program-wide.
     model_factories: set[str] = field(default_factory=set)
+    #: Functions (qualified) returning a file they open for writing → its mode.
+    handle_openers: tuple[tuple[str, str], ...] = ()
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -245,6 +247,7 @@ class Learnt:
             saved_elsewhere=bool(self.saving - {name}),
             path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
+            handle_openers=tuple(entry for entry in self.handle_openers if entry[0] not in own),
             per_batch_file_writers=tuple(entry for entry in self.per_batch_file_writers if entry[0] not in own),
             unsharded_parameters=frozenset(self.received.unsharded.get(name, set())),
             built_in_every_call=frozenset(

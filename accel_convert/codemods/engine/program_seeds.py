@@ -83,6 +83,10 @@ class ProgramSeeds:
     path_writers: tuple[tuple[str, int, str], ...] = ()
     #: The same for functions reading one where no barrier may go before the read.
     path_readers: tuple[tuple[str, int, str], ...] = ()
+    #: Functions of the other modules (qualified) returning a file they open for writing
+    #: (``def open_log(path): return open(path, "w")``), with its mode: a call of one here opens
+    #: that file (``codemods.model.file_flow.opened_handle_mode``).
+    handle_openers: tuple[tuple[str, str], ...] = ()
     #: Functions of the other modules (qualified) whose evaluation over the loader one of their
     #: parameters holds writes a file per batch (position, name): a loader built here and passed
     #: there stays unprepared, so every file is written.

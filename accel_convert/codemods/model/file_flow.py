@@ -23,10 +23,9 @@ written, and :func:`per_batch_writes` tells the check (ACC936) where that cannot
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -293,75 +292,94 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
     return None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class KeptHandles:
-    """Files opened for writing into a name kept to write through later (deep-text-recognition's
-    ``log = open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a class's
-    ``self.log = open(path, "a")`` in ``__init__``, a notebook's module-level ``log``), by the
-    original (line, column) of their ``open`` call."""
-
-    #: Written through on every rank (a write outside any test of a rank) and read back by no
-    #: one: the main process alone opens the file, the others ``os.devnull``.
-    main_only: frozenset[tuple[int, int]] = frozenset()
-    #: Written through on every rank, but where the main process alone cannot write it: →
-    #: why (read back later, read through the handle itself, created exclusively).
-    left: Mapping[tuple[int, int], str] = field(default_factory=lambda: MappingProxyType({}))
-
-
-#: Why a kept file stays on every rank (:attr:`KeptHandles.left`).
+#: Why a kept file stays on every rank (``ScriptFacts.handles_left_on_every_rank``).
 HANDLE_READ_BACK = "read back later in the run"
 HANDLE_READ_THROUGH = "read through the handle itself (a '+' mode)"
-HANDLE_EXCLUSIVE = "created exclusively (mode 'x': os.devnull exists)"
+HANDLE_OPENED_ELSEWHERE = (
+    "opened by a function of another module of the program (which runs on every rank, its own "
+    "rewrites and barriers included: open the file on the main process only there, or here)"
+)
 
 
-@rule_provider(needs=("call_graph", "file_logger_classes"))
-def kept_handles(a: Analysis) -> KeptHandles:
+@provider(
+    needs=("call_graph", "file_logger_classes"),
+    provides=("handles_main_process_writes", "handles_left_on_every_rank", "classes_opening_handles"),
+)
+def kept_handles(a: Analysis) -> None:
     """Each file opened for writing and bound to a name (a local, a module global, an instance's
     attribute) that the script writes through where every rank does (``log.write(...)``,
     ``print(..., file=log)``, ``csv.writer(log)``, in the binding function, in any function
     reading the global, in any method of the class): every rank would open the file and write
-    its lines into it, one rank's over or after another's. Where nothing may read the file
-    later in the run (a read of the same path, see :class:`_RunOrder`), the main process alone
-    writes it; elsewhere it stays on every rank, and the rule reports it. A handle written only
-    under a test of a rank (``if rank == 0: log.write(...)``) is the script's own choice, and a
-    logger class's (:func:`file_loggers`) is built on the main process only."""
+    its lines into it, one rank's over or after another's (deep-text-recognition's ``log =
+    open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a class's ``self.log =
+    open(path, "a")`` in ``__init__``, a notebook's module-level ``log``). Where nothing may read
+    the file later in the run (a read of the same path, see :class:`_RunOrder`), the main process
+    alone writes it (``handles_main_process_writes``, by the (line, column) of the ``open`` call:
+    the others open ``os.devnull`` in :func:`devnull_mode`), and the accelerator is created above
+    the ``open`` (the conversion plan's ``created_before_lines``), or above each construction of
+    the class whose ``__init__`` opens it (``classes_opening_handles``); elsewhere it stays on
+    every rank, and the rule reports it (``handles_left_on_every_rank``: why). A handle written
+    only under a test of a rank (``if rank == 0: log.write(...)``) is the script's own choice, and
+    a logger class's (:func:`file_loggers`) is built on the main process only."""
     handles = [
         (assign, call, handle)
         for assign, call in _handle_opens(a)
         if (handle := _handle_key(a, assign)) is not None and _written_on_every_rank(a, assign, handle)
     ]
     if not handles:
-        return KeptHandles()
+        return
     reads = [*_accesses(a, CHECKPOINT_READS), *_file_reads(a)]
     order = _RunOrder(a)
-    main_only: set[tuple[int, int]] = set()
-    left: dict[tuple[int, int], str] = {}
     for assign, call, _ in handles:
         site = a.site(call.node)
-        mode = a.facts.open_mode(call.node, assign.scope) or ""
-        written = _access(a, call, argument_for(call.node, 0, "file"))
-        if "+" in mode:
-            left[(site.line, site.column)] = HANDLE_READ_THROUGH
-        elif "x" in mode:
-            left[(site.line, site.column)] = HANDLE_EXCLUSIVE
+        mode = opened_handle_mode(a.facts, call.node, assign.scope) or ""
+        # What another module's function opens may be any file (its path is its own business).
+        opened_here = a.facts.opens_for_writing(call.node, assign.scope)
+        written = _access(a, call, argument_for(call.node, 0, "file") if opened_here else None)
+        if not opened_here:
+            a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_OPENED_ELSEWHERE
+        elif "+" in mode:
+            a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_READ_THROUGH
         elif any(
             read.line != written.line
             and _same_file(written.path, read.path)
             and order.runs_after(written.function, written.line, read)
             for read in reads
         ):
-            left[(site.line, site.column)] = HANDLE_READ_BACK
+            a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_READ_BACK
         else:
-            main_only.add((site.line, site.column))
-    return KeptHandles(frozenset(main_only), MappingProxyType(left))
+            a.facts.handles_main_process_writes.add((site.line, site.column))
+            if assign.scope[1:] == ("__init__",) and assign.scope[0] in a.r.classes:
+                a.facts.classes_opening_handles.add(assign.scope[0])
+
+
+def opened_handle_mode(facts: FactQuestions, node: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    """The mode of the file a call opens for writing and hands back: the builtin ``open``'s
+    (``open(path, "w")``), or that of a function of another module of the program returning one
+    (``utils.open_log(path)``, the program's ``handle_openers``); None for anything else."""
+    if facts.opens_for_writing(node, scope):
+        return facts.open_mode(node, scope)
+    seeds = facts.program
+    if seeds is None or not seeds.handle_openers or not isinstance(node, cst.Call):
+        return None
+    return dict(seeds.handle_openers).get(program_callee(facts, node.func, scope) or "")
+
+
+def devnull_mode(mode: str) -> str:
+    """The mode the processes but the main one open ``os.devnull`` in where the main process
+    alone opens a file for writing in ``mode``: the same, but an exclusive creation (``"x"``:
+    ``os.devnull`` exists, every other process would fail with ``FileExistsError``) becomes a
+    plain write (``"w"``), its ``"b"``, ``"t"`` and ``"+"`` kept (``"xb"`` → ``"wb"``)."""
+    return mode.replace("x", "w")
 
 
 def _handle_opens(a: Analysis) -> Iterator[tuple[AssignRecord, CallRecord]]:
-    """``name = open(path, "w")`` (one target) and its ``open`` call, outside logger classes."""
+    """``name = open(path, "w")`` (one target) and its ``open`` call (or that of another module's
+    function returning such a file: :func:`opened_handle_mode`), outside logger classes."""
     calls = {id(call.node): call for call in a.r.calls}
     for assign in a.r.assigns:
         call = calls.get(id(assign.value))
-        if call is None or len(assign.targets) != 1 or not a.facts.opens_for_writing(assign.value, assign.scope):
+        if call is None or len(assign.targets) != 1 or opened_handle_mode(a.facts, assign.value, assign.scope) is None:
             continue
         if assign.scope and assign.scope[0] in a.facts.file_logger_classes:
             continue
@@ -425,7 +443,7 @@ def _file_reads(a: Analysis) -> list[_Access]:
 # --------------------------------------------------------------------------------------------
 
 
-@provider(needs=("imports",), provides=("keeps_files_for_writing", "creates_folders"))
+@provider(needs=("imports",), provides=("keeps_files_for_writing", "creates_folders", "handle_openers"))
 def kept_files(a: Analysis) -> None:
     """Whether the module opens a file for writing and binds it to write through later (the
     Cutout repository's ``util/misc.py``: ``class CSVLogger`` with ``self.csv_file = open(filename,
@@ -441,6 +459,19 @@ def kept_files(a: Analysis) -> None:
     a.facts.creates_folders = any(
         a.r.names.qualified_name(call.node.func, call.scope) in FOLDER_FUNCTIONS for call in a.r.calls
     )
+    # A module-level function handing back a file it opens for writing (``def open_log(path):
+    # return open(path, "w")``, or the name it binds it to): a call of it from another module of
+    # the program opens the file there (:func:`opened_handle_mode`).
+    for function, value in a.r.returns:
+        if function not in a.r.defs:
+            continue
+        if isinstance(value, cst.Name):
+            bound = [
+                assign.value for assign in a.r.assigns if assign.scope == (function,) and value.value in assign.targets
+            ]
+            value = bound[0] if len(bound) == 1 else value
+        if a.facts.opens_for_writing(value, (function,)):
+            a.facts.handle_openers[function] = a.facts.open_mode(value, (function,)) or "w"
 
 
 @provider(

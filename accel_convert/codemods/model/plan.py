@@ -110,7 +110,9 @@ class ConversionPlan:
     #: statement binding one of these names (the device, a "use CUDA" flag, a training object)...
     created_before_binding: AbstractSet[str]
     #: ... or holding one of these original lines, which read it: a backward, the construction
-    #: of a training class (handed it), a random draw the processes must agree on, and in
+    #: of a training class (handed it), a random draw the processes must agree on, a file kept
+    #: open for writing that the main process alone writes (its ``open``, or the construction of
+    #: the class whose ``__init__`` opens it: ``codemods.model.file_flow.kept_handles``), and in
     #: module-level code a call of a function it reaches (not one that only parses arguments).
     created_before_lines: tuple[int, ...]
     #: Every object to pass through ``prepare``, in Accelerate's order: models, optimizers, train
@@ -498,7 +500,13 @@ def _lines_reading_the_accelerator(facts: FactsDraft | ScriptFacts, parsing: Abs
     lines = [site.line for site in facts.call_sites.get(".backward", ())]
     lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
     lines += facts.shared_draw_lines
+    # A file kept open for writing that the main process alone writes (``log = open(path, "a")``
+    # above the training objects): opened where the accelerator tells the main process.
+    lines += [line for line, _ in facts.handles_main_process_writes]
     if facts.home_kind != "function":
+        # So is one a class's ``__init__`` opens, where the accelerator is a global its methods
+        # read (a function's own accelerator reaches no class but a training class, handed it).
+        lines += [site.line for name in facts.classes_opening_handles for site in facts.call_sites.get(name, ())]
         # Module-level code: a call of one of the file's functions (``root = download()``) may
         # reach code the other rules give the accelerator (a guarded write, a print).
         called = (facts.accessible_functions - parsing) & set(facts.call_graph.get(MODULE, ()))
@@ -572,6 +580,8 @@ def _preparations(
         "cuda_flags",
         "training_classes",
         "shared_draw_lines",
+        "handles_main_process_writes",
+        "classes_opening_handles",
         "accessible_functions",
         "argument_parsing_functions",
         "unprepared_received_models",

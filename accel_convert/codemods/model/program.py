@@ -125,7 +125,7 @@ def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
         getattr(facts, role).update(names)
     facts.models.update(seeds.models_handed_over)
     standalone = {name for function in _reached_from_main_guard(conclusions) for name in conclusions.r.defs[function]}
-    facts.prepared.update(seeds.prepared - (standalone & facts.loaders))
+    facts.prepared.update(seeds.prepared - (standalone & facts.train_loaders))
     facts.frozen_models -= facts.models
 
 

@@ -93,6 +93,7 @@ PROVIDERS: tuple[Provider, ...] = (
     locality.breaks,
     locality.per_process_paths,
     locality.shared_draws,
+    file_flow.kept_handles,
     plan.conversion_plan,
     loops.planned_evaluation_batches,
 )

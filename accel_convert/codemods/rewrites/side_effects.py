@@ -27,11 +27,13 @@ A file opened for writing into a name and kept to write through (deep-text-recog
 open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a notebook's module-level
 ``log``, a trainer's ``self.log = open(path, "a")`` in ``__init__``), written on every rank, is
 opened on the main process only the same way, ``os.devnull`` on the others, with no barrier: the
-program model's file flow says that no code reads the file back. Where code may read it back, it
-is read through the handle (``"a+"``) or created exclusively (``"x"``), not every rank reaches
-the ``open``, or no accelerator reaches it (module code before the accelerator, a function it does
-not reach), it stays on every rank and is reported (ACC916). A handle the script writes only under
-a test of its rank (``if args.rank == 0:``) stays as it is.
+program model's file flow says that no code reads the file back (a file created exclusively,
+``"x"``, gets ``os.devnull`` opened with ``"w"`` on the others: it exists). The accelerator is
+created above such an ``open`` (the conversion plan). Where code may read it back, it is read
+through the handle (``"a+"``), another module's function opens it (``log =
+logs.open_log(path)``), not every rank reaches the ``open``, or no accelerator reaches it (a
+function it does not reach), it stays on every rank and is reported (ACC916). A handle the
+script writes only under a test of its rank (``if args.rank == 0:``) stays as it is.
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
@@ -94,7 +96,12 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.file_flow import HANDLE_READ_BACK, file_logger_class, kept_handles
+from accel_convert.codemods.model.file_flow import (
+    HANDLE_READ_BACK,
+    devnull_mode,
+    file_logger_class,
+    opened_handle_mode,
+)
 from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import (
     holds_work_of_every_rank,
@@ -129,7 +136,7 @@ DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rm
 class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
-    providers = (locality, kept_handles)
+    providers = (locality,)
     fixes = {
         "ACC916": (
             "Guard the write with the main process: pass ``accelerator`` to the function and put the file write or tracker call under ``if accelerator.is_main_process:``. For ``wandb.config`` read by every process, call ``wandb.init`` on the main process only and hand the values the others need as arguments."
@@ -973,10 +980,9 @@ class _MainProcessGuard(RuleTransformer):
         if call is None:
             return None
         original = self._original_of.get(id(statement), statement)
-        handles = self.facts.of(kept_handles)
         site = self.site(call)
-        reason = handles.left.get((site.line, site.column))
-        if reason is None and (site.line, site.column) not in handles.main_only:
+        reason = self.facts.handles_left_on_every_rank.get((site.line, site.column))
+        if reason is None and (site.line, site.column) not in self.facts.handles_main_process_writes:
             return None
         if reason is None and not self.every_rank_reaches_here():
             if any(isinstance(node, cst.If) and names_rank(node.test) for node in self._anchors):
@@ -1000,22 +1006,43 @@ class _MainProcessGuard(RuleTransformer):
     def _kept_handle_open(self, statement: cst.BaseStatement) -> cst.Call | None:
         """The ``open`` call of ``name = open(path, "w")`` as the script wrote it (not a file of
         this process alone, nor opened on the main process already: a converted script)."""
-        if not _keeps_file_open_for_writing(statement, self.facts, self.scope) or self.writes_per_rank_here():
+        if not isinstance(statement, cst.SimpleStatementLine) or self.writes_per_rank_here():
             return None
-        assert isinstance(statement, cst.SimpleStatementLine)
         small = statement.body[0]
-        if len(statement.body) != 1 or not isinstance(small, cst.Assign) or not self._opens_on_every_rank(small.value):
+        if len(statement.body) != 1 or not isinstance(small, cst.Assign):
+            return None
+        if not self._opens_on_every_rank(small.value) and not self._opened_elsewhere(small.value):
             return None
         paths = locality_of(self.facts).per_process_paths
         return None if paths and names_in(small.value) & paths else cast(cst.Call, small.value)
 
+    def _opened_elsewhere(self, value: cst.BaseExpression) -> bool:
+        """A call of another module's function returning a file it opens for writing
+        (``logs.open_log(path)``): the file-flow owner keeps it on every rank, to be reported."""
+        return (
+            not self.facts.opens_for_writing(value, self.scope)
+            and opened_handle_mode(self.facts, value, self.scope) is not None
+        )
+
     def _opened_where_main(self, call: cst.BaseExpression) -> cst.BaseExpression:
-        """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``."""
+        """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``; where
+        ``os.devnull`` opens in another mode (the file-flow owner's :func:`devnull_mode`: ``"x"``
+        → ``"w"``), ``open(path, "x") if <main process> else open(os.devnull, "w")``."""
         assert isinstance(call, cst.Call)
-        first = call.args[0]
         devnull = cst.Attribute(cst.Name("os"), cst.Name("devnull"))
-        where = cst.IfExp(test=self._main_process(), body=first.value, orelse=devnull)
-        return call.with_changes(args=[first.with_changes(value=where), *call.args[1:]])
+        mode = self.facts.open_mode(call, self.scope) or "w"
+        first = call.args[0]
+        if devnull_mode(mode) == mode:
+            where = cst.IfExp(test=self._main_process(), body=first.value, orelse=devnull)
+            return call.with_changes(args=[first.with_changes(value=where), *call.args[1:]])
+        args = [
+            arg.with_changes(value=_mode_literal(arg.value, devnull_mode(mode)))
+            if (arg.keyword is None and index == 1) or (arg.keyword is not None and arg.keyword.value == "mode")
+            else arg
+            for index, arg in enumerate(call.args)
+        ]
+        elsewhere = call.with_changes(args=[first.with_changes(value=devnull), *args[1:]])
+        return cst.IfExp(test=self._main_process(), body=call, orelse=elsewhere)
 
     def leaving_node(self, original_node, updated_node):
         result = super().leaving_node(original_node, updated_node)
@@ -1051,13 +1078,11 @@ class _MainProcessGuard(RuleTransformer):
         """Module-level code before the accelerator (or in a module that does not create it)
         opening a file every rank writes through (the file-flow owner's
         :class:`~codemods.model.file_flow.KeptHandles`): reported (ACC916)."""
-        handles = self.facts.of(kept_handles)
-        for statement in statements if handles.main_only or handles.left else ():
+        main_only, left = self.facts.handles_main_process_writes, self.facts.handles_left_on_every_rank
+        for statement in statements if main_only or left else ():
             call = self._kept_handle_open(statement)
             site = None if call is None else self.site(call)
-            if site is not None and (
-                (site.line, site.column) in handles.main_only or (site.line, site.column) in handles.left
-            ):
+            if site is not None and ((site.line, site.column) in main_only or (site.line, site.column) in left):
                 self.findings.add(
                     self._original_of.get(id(statement), statement), "ACC916", KEPT_HANDLE_UNREACHABLE, False
                 )
@@ -1656,6 +1681,12 @@ KEPT_HANDLE_UNREACHABLE = (
     "lines into it, one rank's over or after another's; open it where the accelerator is, on the main process only "
     "(open(path if accelerator.is_main_process else os.devnull, ...))"
 )
+
+
+def _mode_literal(literal: cst.BaseExpression, mode: str) -> cst.SimpleString:
+    """``mode`` written as the string literal ``literal`` is (its prefix and quotes)."""
+    assert isinstance(literal, cst.SimpleString)
+    return cst.SimpleString(f"{literal.prefix}{literal.quote}{mode}{literal.quote}")
 
 
 def _keeps_file_open_for_writing(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> bool:
