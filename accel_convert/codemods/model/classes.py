@@ -617,19 +617,33 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
     # at the end of ``__init__``.
     from_init = _run_when_built(owner)
     covered: set[str] = set()
-    # A class without ``__init__`` (a trainer whose ``setup()`` builds everything) has nowhere
-    # else to prepare its model: it is prepared in the method building it, as the optimizer is.
-    roles = facts.loaders | facts.optimizers | (facts.models if "__init__" not in owner.self_names else set())
+    # A model a method builds outside ``__init__`` (``fit()`` building its own ``model`` or
+    # ``self.model``; a class without ``__init__`` whose ``setup()`` builds everything) is prepared
+    # in that method, where it is built, as its optimizer is: ``__init__`` never holds it.
+    roles = facts.loaders | facts.optimizers | facts.models
     for assign in a.r.assigns:
         if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
             continue
         method = assign.scope[1]
         if not _builds_unprepared(assign, owner.self_names.get(method), roles, facts.prepared):
             continue
+        if set(assign.targets) & _returned_by(a, name, method):
+            continue  # a builder's (``return model, optimizer``): its caller prepares what it unpacks
         found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
         a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
+
+
+def _returned_by(a: Analysis, name: str, method: str) -> set[str]:
+    """The names (and attributes) the method ``method`` of class ``name`` returns, alone or in a
+    tuple (``return model, optimizer``)."""
+    found: set[str] = set()
+    for scope, value in a.r.method_returns:
+        if scope == (name, method):
+            parts = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+            found.update(path for part in parts if (path := dotted(part)) is not None)
+    return found
 
 
 def _builds_unprepared(

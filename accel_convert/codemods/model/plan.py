@@ -308,7 +308,7 @@ class ConversionPlan:
             evaluation_preparations=MappingProxyType(dict(placement.evaluation_preparations)),
             models_never_prepared=MappingProxyType(dict(placement.models_never_prepared)),
             models_left_unprepared=_models_left_unprepared(
-                facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
+                facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement, methods or {}
             ),
             bundled=MappingProxyType(dict(bundled)),
         )
@@ -428,6 +428,7 @@ def _models_left_unprepared(
     above_guard: AbstractSet[str],
     received: Mapping[str, tuple[str, ...]],
     placement: Placement,
+    methods: Mapping[str, Mapping[str, tuple[str, ...]]],
 ) -> tuple[str, ...]:
     """See ``ConversionPlan.models_left_unprepared``: the models of ``to_prepare`` that none of
     the plan's ``prepare`` calls takes."""
@@ -441,6 +442,8 @@ def _models_left_unprepared(
         taken |= above_guard  # prepared where the ``__main__`` block creates the accelerator
     for function in _preparing_functions(facts):
         taken |= set(prepared_in.get(function, ())) & set(built.get(function, {}))
+    # What a training class's method prepares where it builds it (``model = Net()`` in ``fit()``).
+    taken |= {name for found in methods.values() for names in found.values() for name in names}
     reported = {name for name, _, _ in facts.unprepared_received_models}
     return tuple(
         name
@@ -1355,10 +1358,13 @@ def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
         }
         everywhere = [node for body in bodies.values() for node in body]
         for method, body in bodies.items():
+            # A model the method prepares where it builds it (``method_prepare``) is placed there.
+            own = set(a.method_prepare.get(name, {}).get(method, ()))
             moves = {
                 a.site(node).line: model
                 for index, node in enumerate(body)
                 if (model := _model_built(node, a.facts)) is not None
+                and model not in own
                 and _called_over_prepared(model, body[index + 1 :], prepared)
                 and not _moved_in(model, body[index + 1 :])
             }
@@ -1386,9 +1392,14 @@ def _called_over_prepared(name: str, statements: Sequence[cst.BaseStatement], pr
 
 def _moved_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
     """Whether one of ``statements`` moves ``name`` itself (``best.to(device)``: the original's
-    own move, or the one a conversion wrote)."""
+    own move, or the one a conversion wrote), or prepares it (``model = accelerator.prepare(model)``
+    in a method building it: prepare moves it)."""
     return any(
-        isinstance(inner, cst.Call) and is_move(inner) and dotted(peel_moves(inner)) == name
+        isinstance(inner, cst.Call)
+        and (
+            (is_move(inner) and dotted(peel_moves(inner)) == name)
+            or (is_any_prepare(inner) and name in prepared_arguments(inner))
+        )
         for node in statements
         for inner in nodes_in(node)
     )

@@ -45,6 +45,7 @@ from accel_convert.codemods.engine.syntax import (
     instance_parameter,
     is_plain_class,
     statement,
+    target_names,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import walk
@@ -220,11 +221,11 @@ class _GiveAccelerator(RuleTransformer):
         # DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``).
         wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(self.scope[1], ())
         assign = updated_node.body[0]
-        targets = [dotted(target.target) for target in assign.targets]
+        # ``model, optimizer = self.build()`` too: both prepared in one call.
+        names = [name for target in assign.targets for name in target_names(target.target)]
         accelerator = self._instance_accelerator()
-        if not targets or not all(t in wanted for t in targets) or accelerator is None:
+        if not names or not all(t in wanted for t in names) or accelerator is None:
             return updated_node
-        names = [t for t in targets if t is not None]
         where = ".".join(self.scope)
         self.report(original_node, TrainingClass.code, f"{where} prepares {', '.join(names)} where it is built")
         indent = " " * 4 * (len(self._anchors))
