@@ -622,10 +622,14 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
     # in that method, where it is built, as its optimizer is: ``__init__`` never holds it.
     roles = facts.loaders | facts.optimizers | facts.models
     for assign in a.r.assigns:
-        if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
+        if assign.function != name or len(assign.scope) < 2 or assign.scope[1] in from_init:
             continue
-        method = assign.scope[1]
-        if not _builds_unprepared(assign, owner.self_names.get(method), roles, facts.prepared):
+        if not _in_functions(a, assign.scope):
+            continue
+        # A function nested in the method (``def train(epoch)`` in ``fit``, building its optimizer
+        # each epoch) prepares what it builds there too: ``fit.train``, its path in the class.
+        method = ".".join(assign.scope[1:])
+        if not _builds_unprepared(assign, owner.self_names.get(assign.scope[1]), roles, facts.prepared):
             continue
         if set(assign.targets) & _returned_by(a, name, method):
             continue  # a builder's (``return model, optimizer``): its caller prepares what it unpacks
@@ -633,6 +637,12 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
+
+
+def _in_functions(a: Analysis, scope: tuple[str, ...]) -> bool:
+    """Whether ``scope`` (a class's, then a method's) is a method or a function nested in one,
+    at any depth, not a class defined in it."""
+    return all(a.r.names.scopes[scope[:depth]].kind == "function" for depth in range(2, len(scope) + 1))
 
 
 def _returned_by(a: Analysis, name: str, method: str) -> set[str]:

@@ -215,11 +215,12 @@ class _GiveAccelerator(RuleTransformer):
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         """``train_loader = DataLoader(...)`` in ``Trainer.run``: prepared right there."""
-        if len(self.scope) != 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
+        if len(self.scope) < 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
             return updated_node
-        # What the plan has this method prepare where it builds it (``train_loader =
-        # DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``).
-        wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(self.scope[1], ())
+        # What the plan has this method (or a function nested in it: ``fit.train``) prepare where
+        # it builds it (``train_loader = DataLoader(...)``, ``self.optimizer =
+        # model.configure_optimizers(...)``).
+        wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(".".join(self.scope[1:]), ())
         assign = updated_node.body[0]
         # ``model, optimizer = self.build()`` too: both prepared in one call.
         names = [name for target in assign.targets for name in target_names(target.target)]
