@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     parameters_filled,
 )
+from accel_convert.codemods.model.calls import nested_function
 from accel_convert.codemods.model.classes import (
     class_prepare,
     classes_saving_handed_models,
@@ -22,7 +23,6 @@ from accel_convert.codemods.model.classes import (
     library_training_classes,
     training_bases,
 )
-from accel_convert.codemods.model.calls import nested_function
 from accel_convert.codemods.model.loops import training_backwards
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (

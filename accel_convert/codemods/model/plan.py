@@ -70,8 +70,8 @@ from accel_convert.codemods.engine.syntax import (
     parameters_filled,
     target_names,
 )
-from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
+from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import nested_function, pairwise
 from accel_convert.codemods.model.provider import provider
 
