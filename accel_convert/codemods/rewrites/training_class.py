@@ -15,10 +15,13 @@ rules rewrite the methods as they rewrite functions (``accelerator.backward(loss
   or through a ``self.build_model()`` call); what the caller builds and passes in is prepared by
   the caller, before the construction.
 
-A construction where no accelerator is reachable is reported (ACC904); a training object the
-class builds outside ``__init__`` (in ``train()`` itself) is reported (ACC920), to be prepared by
-hand. A class without ``__init__`` of its own (a trainer whose ``setup()`` builds the model,
-optimizer and loaders) prepares each of them in that method, right after the line building it.
+A construction where no accelerator is reachable is reported (ACC904). What a method other than
+``__init__`` builds (``fit()`` building its model and optimizer, as locals or as ``self.model``; a
+class without ``__init__`` of its own whose ``setup()`` builds everything; a function nested in a
+method building its optimizer each epoch) is prepared in that method, right after the line
+building it (``model, optimizer = self.build()`` in one call); a training object the class builds
+there in a way no such line can follow (a model chosen by a conditional expression) is reported
+(ACC920), to be prepared by hand.
 """
 
 from __future__ import annotations
@@ -542,12 +545,13 @@ class TrainingClass(Rule):
 
 
                 class Solver:
-                    def __init__(self, lr):
+                    def __init__(self, lr, wide):
                         self.lr = lr
+                        self.wide = wide
                         self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
 
                     def train(self):
-                        self.net = nn.Linear(8, 1)
+                        self.net = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 1)) if self.wide else nn.Linear(8, 1)
                         self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr)
                         for data, target in self.loader:
                             self.opt.zero_grad()
@@ -556,7 +560,7 @@ class TrainingClass(Rule):
 
 
                 def main():
-                    Solver(0.1).train()
+                    Solver(0.1, False).train()
 
 
                 if __name__ == "__main__":
