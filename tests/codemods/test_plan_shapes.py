@@ -53,14 +53,18 @@ def _reported(source: str) -> set[str]:
 
 # -- an optimizer built in a nested function -----------------------------------------------------
 
-NESTED_TRAIN = (
-    HEAD
-    + """def main():
+#: ``main()`` building the model and the loader its nested functions close over.
+MAIN_BUILDS = """def main():
     x = torch.randn(64, 8)
     y = (x[:, 0] > 0).long()
     net = nn.Linear(8, 2)
     train_loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+"""
 
+NESTED_TRAIN = (
+    HEAD
+    + MAIN_BUILDS
+    + """
     def train(epoch):
         optimizer = optim.SGD(net.parameters(), lr=0.1 * 0.5**epoch)
         for xb, yb in train_loader:
@@ -161,12 +165,8 @@ def test_a_nested_closure_returning_an_optimizer_builds_one() -> None:
     # ``build()`` returns the optimizer over the ``net`` it closes over: ``main`` prepares it.
     source = (
         HEAD
-        + """def main():
-    x = torch.randn(64, 8)
-    y = (x[:, 0] > 0).long()
-    net = nn.Linear(8, 2)
-    train_loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
-
+        + MAIN_BUILDS
+        + """
     def build():
         return optim.SGD(net.parameters(), lr=0.1)
 
