@@ -309,3 +309,26 @@ def test_a_model_and_optimizer_a_builder_method_returns_are_prepared_where_unpac
     )
     assert _follows(converted, "model = nn.Linear(8, 2)", "return model, optim.SGD(model.parameters(), lr=0.1)")
     assert "ACC926" not in _reported(source)
+
+
+def test_a_model_a_method_only_evaluates_is_moved_not_prepared() -> None:
+    # ``test()`` builds a ``model`` of the trained one's name and loads weights into it: the
+    # module itself (a prepared one would take the weights under DDP's ``module.`` names).
+    source = TRAINER.replace(
+        "\n\ndef main():",
+        """
+    def test(self):
+        model = nn.Linear(8, 2)
+        model.load_state_dict(torch.load("m.pt"))
+        with torch.no_grad():
+            for xb, yb in self.loader:
+                print(model(xb).sum().item())
+
+
+def main():""",
+    )
+    plan, _, converted = _planned(source)
+    assert "test" not in plan.method_preparations["Trainer"]
+    assert plan.method_preparations["Trainer"]["fit"] == ("model", "optimizer")
+    assert _follows(converted, "model = nn.Linear(8, 2)", "model = self.accelerator.prepare(model)")
+    assert "model.to(self.accelerator.device)" in _lines(converted)

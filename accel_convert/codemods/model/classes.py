@@ -617,10 +617,13 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
     # at the end of ``__init__``.
     from_init = _run_when_built(owner)
     covered: set[str] = set()
-    # A model a method builds outside ``__init__`` (``fit()`` building its own ``model`` or
-    # ``self.model``; a class without ``__init__`` whose ``setup()`` builds everything) is prepared
-    # in that method, where it is built, as its optimizer is: ``__init__`` never holds it.
-    roles = facts.loaders | facts.optimizers | facts.models
+    # A model a method builds outside ``__init__`` and trains there (``fit()`` building its own
+    # ``model`` or ``self.model`` and its optimizer; in a class without ``__init__``, whatever
+    # ``setup()`` builds) is prepared in that method, where it is built, as its optimizer is:
+    # ``__init__`` never holds it. A model a method builds only to evaluate (``test()`` loading
+    # weights into a ``model`` of the same name) is moved there instead, not wrapped.
+    training = _methods_training(a, name)
+    roles = facts.loaders | facts.optimizers
     for assign in a.r.assigns:
         if assign.function != name or len(assign.scope) < 2 or assign.scope[1] in from_init:
             continue
@@ -629,7 +632,9 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         # A function nested in the method (``def train(epoch)`` in ``fit``, building its optimizer
         # each epoch) prepares what it builds there too: ``fit.train``, its path in the class.
         method = ".".join(assign.scope[1:])
-        if not _builds_unprepared(assign, owner.self_names.get(assign.scope[1]), roles, facts.prepared):
+        trains = "__init__" not in owner.self_names or assign.scope[1] in training
+        held = roles | facts.models if trains else roles
+        if not _builds_unprepared(assign, owner.self_names.get(assign.scope[1]), held, facts.prepared):
             continue
         if set(assign.targets) & _returned_by(a, name, method):
             continue  # a builder's (``return model, optimizer``): its caller prepares what it unpacks
@@ -637,6 +642,17 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
+
+
+def _methods_training(a: Analysis, name: str) -> set[str]:
+    """The methods of class ``name`` that train: run a backward or build an optimizer (in their
+    own body or a function nested in it)."""
+    found = {method for owner, method in a.backward_methods if owner == name}
+    return found | {
+        assign.scope[1]
+        for assign in a.r.assigns
+        if assign.function == name and len(assign.scope) >= 2 and set(assign.targets) & a.facts.optimizers
+    }
 
 
 def _in_functions(a: Analysis, scope: tuple[str, ...]) -> bool:
