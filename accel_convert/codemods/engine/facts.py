@@ -307,7 +307,8 @@ class FactQuestions:
         # A loop in a function nested in the home function's body runs where that function is
         # called: its call is where training starts, never the loop inside the ``def``.
         looping = callers_closure({loop.nested or loop.function for loop in loops} | (trains - {home}), self.call_graph)
-        lines = [loop.site.line for loop in loops if loop.function == home and loop.nested is None]
+        # A nested function's own block (``main.train``) holds the loops nested nowhere deeper.
+        lines = [loop.site.line for loop in loops if (loop.nested or loop.function) == home]
         # A function nested in another's body is called there: its calls are where training
         # starts in this block only when this block's code makes them.
         called = self.call_graph.get(home, set())

@@ -96,12 +96,17 @@ def nested_callee(a: Analysis, call: CallRecord) -> str | None:
     ``train_epoch()`` in ``run``, nested in ``main``). None for any other call (a module-level
     function, a method)."""
     func = call.node.func
-    if not isinstance(func, cst.Name) or not call.scope:
-        return None
-    binding = a.r.names.binding_scope(func.value, call.scope)
+    return nested_def_named(a, func.value, call.scope) if isinstance(func, cst.Name) else None
+
+
+def nested_def_named(a: Analysis, name: str, scope: ScopeKey) -> str | None:
+    """The path of the nested ``def`` that ``name`` denotes in ``scope`` (``main.build`` for
+    ``build`` in ``main``, or in a function nested beside it); None when it denotes no such
+    function (a module-level function, a method, anything else)."""
+    binding = a.r.names.binding_scope(name, scope) if scope else None
     if not binding:
         return None
-    path = ".".join((*binding, func.value))
+    path = ".".join((*binding, name))
     return path if path in a.r.nested_defs else None
 
 

@@ -616,19 +616,59 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
     # at the end of ``__init__``.
     from_init = _run_when_built(owner)
     covered: set[str] = set()
-    # A class without ``__init__`` (a trainer whose ``setup()`` builds everything) has nowhere
-    # else to prepare its model: it is prepared in the method building it, as the optimizer is.
-    roles = facts.loaders | facts.optimizers | (facts.models if "__init__" not in owner.self_names else set())
+    # A model a method builds outside ``__init__`` and trains there (``fit()`` building its own
+    # ``model`` or ``self.model`` and its optimizer; in a class without ``__init__``, whatever
+    # ``setup()`` builds) is prepared in that method, where it is built, as its optimizer is:
+    # ``__init__`` never holds it. A model a method builds only to evaluate (``test()`` loading
+    # weights into a ``model`` of the same name) is moved there instead, not wrapped.
+    training = _methods_training(a, name)
+    roles = facts.loaders | facts.optimizers
     for assign in a.r.assigns:
-        if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
+        if assign.function != name or len(assign.scope) < 2 or assign.scope[1] in from_init:
             continue
-        method = assign.scope[1]
-        if not _builds_unprepared(assign, owner.self_names.get(method), roles, facts.prepared):
+        if not _in_functions(a, assign.scope):
             continue
+        # A function nested in the method (``def train(epoch)`` in ``fit``, building its optimizer
+        # each epoch) prepares what it builds there too: ``fit.train``, its path in the class.
+        method = ".".join(assign.scope[1:])
+        trains = "__init__" not in owner.self_names or assign.scope[1] in training
+        held = roles | facts.models if trains else roles
+        if not _builds_unprepared(assign, owner.self_names.get(assign.scope[1]), held, facts.prepared):
+            continue
+        if set(assign.targets) & _returned_by(a, name, method):
+            continue  # a builder's (``return model, optimizer``): its caller prepares what it unpacks
         found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
         a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
+
+
+def _methods_training(a: Analysis, name: str) -> set[str]:
+    """The methods of class ``name`` that train: run a backward or build an optimizer (in their
+    own body or a function nested in it)."""
+    found = {method for owner, method in a.backward_methods if owner == name}
+    return found | {
+        assign.scope[1]
+        for assign in a.r.assigns
+        if assign.function == name and len(assign.scope) >= 2 and set(assign.targets) & a.facts.optimizers
+    }
+
+
+def _in_functions(a: Analysis, scope: tuple[str, ...]) -> bool:
+    """Whether ``scope`` (a class's, then a method's) is a method or a function nested in one,
+    at any depth, not a class defined in it."""
+    return all(a.r.names.scopes[scope[:depth]].kind == "function" for depth in range(2, len(scope) + 1))
+
+
+def _returned_by(a: Analysis, name: str, method: str) -> set[str]:
+    """The names (and attributes) the method ``method`` of class ``name`` returns, alone or in a
+    tuple (``return model, optimizer``)."""
+    found: set[str] = set()
+    for scope, value in a.r.method_returns:
+        if scope == (name, method):
+            parts = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+            found.update(path for part in parts if (path := dotted(part)) is not None)
+    return found
 
 
 def _builds_unprepared(

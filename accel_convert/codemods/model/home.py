@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     parameters_filled,
 )
+from accel_convert.codemods.model.calls import nested_function
 from accel_convert.codemods.model.classes import (
     class_prepare,
     classes_saving_handed_models,
@@ -106,6 +107,7 @@ def _home_block(a: Analysis) -> None:
     if home is None:
         home = _home_by_what_it_binds(a)
     _settle_home(a, *_block_that_can_hold_it(a, home, in_guard))
+    a.facts.training_functions |= _nested_optimizer_builders(a)
     savers = classes_saving_handed_models(a)
     a.facts.training_classes.update(savers)
     a.facts.accessible_functions |= a.reachable(set(savers))
@@ -193,6 +195,22 @@ def _trains_module_globals(a: Analysis, function: str) -> bool:
         call.function == MODULE and isinstance(call.node.func, cst.Name) and call.node.func.value == function
         for call in a.r.calls
     )
+
+
+def _nested_optimizer_builders(a: Analysis) -> set[str]:
+    """The functions nested in a module-level function that the accelerator reaches and that
+    build an optimizer themselves (``def train(epoch): optimizer = optim.SGD(net.parameters(),
+    lr=lr_for(epoch))`` in ``main()``, over the ``net`` it closes over), by their path
+    (``main.train``): each prepares what it builds, where it builds it, as a module-level
+    function building its optimizer from the script's ``net`` does; the block around it prepares
+    what it builds and closes over. (A method's nested functions are its class's: see
+    ``model.classes``.)"""
+    found = set()
+    for assign in a.r.assigns:
+        nested = nested_function(a, assign.scope) if set(assign.targets) & a.facts.optimizers else None
+        if nested is not None and assign.function in a.r.defs and assign.function in a.facts.accessible_functions:
+            found.add(nested)
+    return found
 
 
 def _home_by_what_it_binds(a: Analysis) -> str:

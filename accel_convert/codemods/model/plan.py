@@ -71,7 +71,8 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
-from accel_convert.codemods.model.calls import pairwise
+from accel_convert.codemods.engine.walk import child_nodes
+from accel_convert.codemods.model.calls import nested_function, pairwise
 from accel_convert.codemods.model.provider import provider
 
 if TYPE_CHECKING:
@@ -148,6 +149,9 @@ class ConversionPlan:
     #: Preparing function → its original lines where its own training starts (its loops over
     #: loaders, its calls reaching one): what it prepares goes before the first.
     function_training_lines: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Preparing function nested in another (``main.train``, by its path) → the original line of
+    #: its ``def``: where the prepare rule finds it.
+    nested_preparing_lines: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     #: Whether this module creates the accelerator (``Accelerator.applies``): it trains something
     #: and has none yet, and is no library (which gets the entry script's).
     creates_accelerator: bool = False
@@ -292,6 +296,7 @@ class ConversionPlan:
             function_training_lines=MappingProxyType(
                 {name: tuple(facts.training_lines(name)) for name in sorted(preparing)}
             ),
+            nested_preparing_lines=MappingProxyType(dict(placement.nested_definitions)),
             creates_accelerator=(
                 facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
             ),
@@ -310,7 +315,7 @@ class ConversionPlan:
             evaluation_preparations=MappingProxyType(dict(placement.evaluation_preparations)),
             models_never_prepared=MappingProxyType(dict(placement.models_never_prepared)),
             models_left_unprepared=_models_left_unprepared(
-                facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
+                facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement, methods or {}
             ),
             bundled=MappingProxyType(dict(bundled)),
         )
@@ -411,6 +416,7 @@ class Placement:
     where_built: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     models_never_prepared: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    nested_definitions: Mapping[str, int] = field(default_factory=dict)
 
 
 def _edited_home_blocks(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
@@ -430,6 +436,7 @@ def _models_left_unprepared(
     above_guard: AbstractSet[str],
     received: Mapping[str, tuple[str, ...]],
     placement: Placement,
+    methods: Mapping[str, Mapping[str, tuple[str, ...]]],
 ) -> tuple[str, ...]:
     """See ``ConversionPlan.models_left_unprepared``: the models of ``to_prepare`` that none of
     the plan's ``prepare`` calls takes."""
@@ -443,6 +450,8 @@ def _models_left_unprepared(
         taken |= above_guard  # prepared where the ``__main__`` block creates the accelerator
     for function in _preparing_functions(facts):
         taken |= set(prepared_in.get(function, ())) & set(built.get(function, {}))
+    # What a training class's method prepares where it builds it (``model = Net()`` in ``fit()``).
+    taken |= {name for found in methods.values() for names in found.values() for name in names}
     reported = {name for name, _, _ in facts.unprepared_received_models}
     return tuple(
         name
@@ -610,7 +619,9 @@ def conversion_plan(a: Analysis) -> None:
     # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
     unpacked = a.facts.loaders_unpacked_from_parameters
     for assign in a.r.assigns:
-        bound.setdefault(assign.function, set()).update(
+        # A function nested in another binds its own names (``main.train``'s optimizer).
+        block = nested_function(a, assign.scope) or assign.function
+        bound.setdefault(block, set()).update(
             target for target in assign.targets if (assign.function, target) not in unpacked
         )
     a.facts.plan = ConversionPlan.of(
@@ -675,10 +686,10 @@ def _placement(a: Analysis) -> Placement:
     built: dict[str, dict[str, tuple[int, int]]] = {}
     for block, statements in homes.items():
         built[block] = _built_before_training(statements, home_lines, wanted, a)
-    for top in a.module.body:
-        if isinstance(top, cst.FunctionDef) and top.name.value in _preparing_functions(a.facts):
-            body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
-            built[top.name.value] = _built_before_training(body, a.facts.training_lines(top.name.value), wanted, a)
+    preparing = _preparing_function_nodes(a.module, _preparing_functions(a.facts))
+    for name, function in preparing.items():
+        body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+        built[name] = _built_before_training(body, a.facts.training_lines(name), wanted, a)
     rebuilt = _rebuilt_loaders(a, homes, home_lines, wanted)
     wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
     handing = _Handing(a, handed, wanted, _received_models(a), home_lines, wrapping)
@@ -693,6 +704,7 @@ def _placement(a: Analysis) -> Placement:
     moves.update(_models_evaluated_in(a, reached, evaluations))
     moves.update(_models_evaluated_in_methods(a))
     return Placement(
+        nested_definitions={name: a.site(node).line for name, node in preparing.items() if "." in name},
         evaluation_preparations=evaluations,
         models_never_prepared=_models_never_prepared(a),
         prepared_before_wrapping=wrapping,
@@ -708,6 +720,25 @@ def _placement(a: Analysis) -> Placement:
         prepared_before_handing={block: found for block, found in before.items() if found},
         prepared_after_binding={block: found for block, found in after.items() if found},
     )
+
+
+def _preparing_function_nodes(module: cst.Module, names: AbstractSet[str]) -> dict[str, cst.FunctionDef]:
+    """The ``def`` of each of ``names``: a module-level function, or one nested in functions by its
+    path (``main.train``), found in the blocks of the functions around it."""
+    found: dict[str, cst.FunctionDef] = {}
+    pending: list[tuple[str, cst.CSTNode]] = [("", module)]
+    while pending:
+        prefix, node = pending.pop()
+        for child in child_nodes(node):
+            if isinstance(child, cst.FunctionDef):
+                path = prefix + child.name.value
+                if path in names:
+                    found[path] = child
+                if any(name.startswith(path + ".") for name in names):
+                    pending.append((path + ".", child.body))
+            elif not isinstance(child, (cst.ClassDef, cst.Lambda)):
+                pending.append((prefix, child))  # a block holding it: an ``if``, a ``with``
+    return found
 
 
 def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
@@ -1292,7 +1323,9 @@ def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str
     # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
     unpacked = a.facts.loaders_unpacked_from_parameters
     for assign in a.r.assigns:
-        bound.setdefault(assign.function, set()).update(
+        # A function nested in another binds its own names (``main.train``'s optimizer).
+        block = nested_function(a, assign.scope) or assign.function
+        bound.setdefault(block, set()).update(
             target for target in assign.targets if (assign.function, target) not in unpacked
         )
     found: dict[str, tuple[str, ...]] = {}
@@ -1354,10 +1387,13 @@ def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
         }
         everywhere = [node for body in bodies.values() for node in body]
         for method, body in bodies.items():
+            # A model the method prepares where it builds it (``method_prepare``) is placed there.
+            own = set(a.method_prepare.get(name, {}).get(method, ()))
             moves = {
                 a.site(node).line: model
                 for index, node in enumerate(body)
                 if (model := _model_built(node, a.facts)) is not None
+                and model not in own
                 and _called_over_prepared(model, body[index + 1 :], prepared)
                 and not _moved_in(model, body[index + 1 :])
             }
@@ -1385,9 +1421,14 @@ def _called_over_prepared(name: str, statements: Sequence[cst.BaseStatement], pr
 
 def _moved_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
     """Whether one of ``statements`` moves ``name`` itself (``best.to(device)``: the original's
-    own move, or the one a conversion wrote)."""
+    own move, or the one a conversion wrote), or prepares it (``model = accelerator.prepare(model)``
+    in a method building it: prepare moves it)."""
     return any(
-        isinstance(inner, cst.Call) and is_move(inner) and dotted(peel_moves(inner)) == name
+        isinstance(inner, cst.Call)
+        and (
+            (is_move(inner) and dotted(peel_moves(inner)) == name)
+            or (is_any_prepare(inner) and name in prepared_arguments(inner))
+        )
         for node in statements
         for inner in nodes_in(node)
     )

@@ -207,6 +207,10 @@ class Recorder(NameCollector):
         self.returns: list[tuple[str, cst.BaseExpression]] = []
         #: ((class, method), returned expression) for methods of module-level classes.
         self.method_returns: list[tuple[ScopeKey, cst.BaseExpression]] = []
+        #: (path of a function nested in functions, ``main.build``; returned expression): a closure
+        #: of the block around it building what that block trains (``def build(): return
+        #: optim.SGD(net.parameters())``).
+        self.nested_returns: list[tuple[str, cst.BaseExpression]] = []
         self.main_guard_assigns: set[str] = set()
         #: Module-level classes by name.
         self.classes: dict[str, ClassRecord] = {}
@@ -493,6 +497,8 @@ class Recorder(NameCollector):
             self.returns.append((self.function, node.value))
         elif node.value is not None and len(self.scope) == 2 and self.scope[0] in self.classes:
             self.method_returns.append((self.scope, node.value))
+        elif node.value is not None and ".".join(self.scope) in self.nested_defs:
+            self.nested_returns.append((".".join(self.scope), node.value))
 
     def visit_Break(self, node: cst.Break) -> None:
         self.breaks.append((node, tuple(self._exits), tuple(self._ifs), self.function))

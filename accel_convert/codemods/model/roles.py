@@ -27,7 +27,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.calls import instance_class, step_calls
+from accel_convert.codemods.model.calls import instance_class, nested_def_named, step_calls
 from accel_convert.codemods.model.classes import model_classes
 from accel_convert.codemods.model.expressions import (
     moves_a_construction,
@@ -100,12 +100,13 @@ def _mentions_cuda_availability(a: Analysis, assign: AssignRecord) -> bool:
 
 
 def _optimizer_factories(a: Analysis) -> dict[str, cst.Call]:
-    """Module-level functions that return a new optimizer → the constructor call they return."""
+    """Module-level functions, and functions nested in a function (by their path, ``main.build``),
+    that return a new optimizer → the constructor call they return."""
     factories = {}
-    for function, value in a.r.returns:
+    for function, value in [*a.r.returns, *a.r.nested_returns]:
         value = constructed(value)
         if isinstance(value, cst.Call):
-            qualified = a.r.names.qualified_name(value.func, (function,), strict=False)
+            qualified = a.r.names.qualified_name(value.func, tuple(function.split(".")), strict=False)
             if qualified is not None and is_optimizer(qualified):
                 factories[function] = value
     return factories
@@ -143,10 +144,13 @@ def _optimizer_methods(a: Analysis) -> set[str]:
 
 
 def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call) -> set[str]:
-    """``make_optimizer(net)`` whose factory returns ``SGD(model.parameters())``: ``net``."""
+    """``make_optimizer(net)`` whose factory returns ``SGD(model.parameters())``: ``net``. A
+    nested factory's (``factory`` a path, ``main.build``) other receivers are the enclosing
+    block's names it closes over (``def build(): return SGD(net.parameters())``: ``net``)."""
     finder = _ParameterReceivers()
     walk(returned, finder)
-    params = a.r.defs.get(factory, ())
+    nested = factory in a.r.nested_defs
+    params = a.r.nested_defs[factory] if nested else a.r.defs.get(factory, ())
     passed = {param: dotted(arg.value) for param, arg in parameters_filled(call, params)}
     roots = set()
     for receiver in finder.receivers:
@@ -154,6 +158,8 @@ def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call
         argument = passed.get(head)
         if argument is not None:
             roots.add(argument)  # the model itself, also for ``model.fc.parameters()``
+        elif nested and head not in params:
+            roots.add(head)
     return roots
 
 
@@ -317,8 +323,13 @@ class _OptimizerBuilders:
         value = constructed(assign.value)
         if not isinstance(value, cst.Call):
             return None
-        if isinstance(value.func, cst.Name) and value.func.value in self.factories:
-            return _factory_roots(a, value, value.func.value, self.factories[value.func.value])
+        factory = (
+            nested_def_named(a, value.func.value, assign.scope) or value.func.value
+            if isinstance(value.func, cst.Name)
+            else None
+        )
+        if factory is not None and factory in self.factories:
+            return _factory_roots(a, value, factory, self.factories[factory])
         if isinstance(value.func, cst.Attribute) and value.func.attr.value in self.methods:
             # ``optimizer = model.configure_optimizers(config)``: the model's own parameters.
             receiver = dotted(value.func.value)

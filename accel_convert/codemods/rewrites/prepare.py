@@ -80,6 +80,9 @@ class _Prepare(HomeBlockTransformer):
     def __init__(self, facts: ScriptFacts, names: list[str]) -> None:
         super().__init__(facts)
         self.plan = plan_of(facts)
+        # Walked down to the functions nested in others that prepare what they build
+        # (``main.train``), by the lines of their definitions.
+        self.lines = sorted(set(self.plan.nested_preparing_lines.values()))
         self.wanted = names
         #: The names the ``prepare`` statements of the block being edited received so far: each
         #: block prepares what the plan gives it, whichever block the walk edited before.
@@ -94,8 +97,10 @@ class _Prepare(HomeBlockTransformer):
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         updated = super().leave_FunctionDef(original_node, updated_node)
         name = original_node.name.value
+        if len(self.scope) > 1 and self.scope[0] not in self.facts.training_classes:
+            name = ".".join(self.scope)  # a function nested in another (``main.train``)
         if (
-            len(self.scope) == 1
+            (len(self.scope) == 1 or "." in name)
             and name in self.plan.preparing_functions
             and isinstance(updated.body, cst.IndentedBlock)
         ):

@@ -15,10 +15,13 @@ rules rewrite the methods as they rewrite functions (``accelerator.backward(loss
   or through a ``self.build_model()`` call); what the caller builds and passes in is prepared by
   the caller, before the construction.
 
-A construction where no accelerator is reachable is reported (ACC904); a training object the
-class builds outside ``__init__`` (in ``train()`` itself) is reported (ACC920), to be prepared by
-hand. A class without ``__init__`` of its own (a trainer whose ``setup()`` builds the model,
-optimizer and loaders) prepares each of them in that method, right after the line building it.
+A construction where no accelerator is reachable is reported (ACC904). What a method other than
+``__init__`` builds (``fit()`` building its model and optimizer, as locals or as ``self.model``; a
+class without ``__init__`` of its own whose ``setup()`` builds everything; a function nested in a
+method building its optimizer each epoch) is prepared in that method, right after the line
+building it (``model, optimizer = self.build()`` in one call); a training object the class builds
+there in a way no such line can follow (a model chosen by a conditional expression) is reported
+(ACC920), to be prepared by hand.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from accel_convert.codemods.engine.syntax import (
     instance_parameter,
     is_plain_class,
     statement,
+    target_names,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import walk
@@ -214,17 +218,18 @@ class _GiveAccelerator(RuleTransformer):
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         """``train_loader = DataLoader(...)`` in ``Trainer.run``: prepared right there."""
-        if len(self.scope) != 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
+        if len(self.scope) < 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
             return updated_node
-        # What the plan has this method prepare where it builds it (``train_loader =
-        # DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``).
-        wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(self.scope[1], ())
+        # What the plan has this method (or a function nested in it: ``fit.train``) prepare where
+        # it builds it (``train_loader = DataLoader(...)``, ``self.optimizer =
+        # model.configure_optimizers(...)``).
+        wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(".".join(self.scope[1:]), ())
         assign = updated_node.body[0]
-        targets = [dotted(target.target) for target in assign.targets]
+        # ``model, optimizer = self.build()`` too: both prepared in one call.
+        names = [name for target in assign.targets for name in target_names(target.target)]
         accelerator = self._instance_accelerator()
-        if not targets or not all(t in wanted for t in targets) or accelerator is None:
+        if not names or not all(t in wanted for t in names) or accelerator is None:
             return updated_node
-        names = [t for t in targets if t is not None]
         where = ".".join(self.scope)
         self.report(original_node, TrainingClass.code, f"{where} prepares {', '.join(names)} where it is built")
         indent = " " * 4 * (len(self._anchors))
@@ -540,12 +545,13 @@ class TrainingClass(Rule):
 
 
                 class Solver:
-                    def __init__(self, lr):
+                    def __init__(self, lr, wide):
                         self.lr = lr
+                        self.wide = wide
                         self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
 
                     def train(self):
-                        self.net = nn.Linear(8, 1)
+                        self.net = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 1)) if self.wide else nn.Linear(8, 1)
                         self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr)
                         for data, target in self.loader:
                             self.opt.zero_grad()
@@ -554,7 +560,7 @@ class TrainingClass(Rule):
 
 
                 def main():
-                    Solver(0.1).train()
+                    Solver(0.1, False).train()
 
 
                 if __name__ == "__main__":
