@@ -343,6 +343,7 @@ class Program:
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
             evaluating_calls=_evaluating_calls(facts),
+            training_calls=_joined_calls_out(facts, "training_calls_out"),
             called_on_some_ranks={
                 callee
                 for module_facts in facts.values()
@@ -354,6 +355,9 @@ class Program:
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories={
                 f"{name}.{factory}" for name, module_facts in facts.items() for factory in module_facts.model_factories
+            },
+            optimizer_methods={
+                f"{name}.{method}" for name, module_facts in facts.items() for method in module_facts.optimizer_methods
             },
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
@@ -490,10 +494,16 @@ def _bundle_classes(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, tuple[tup
 def _evaluating_calls(facts: dict[str, ScriptFacts]) -> dict[str, bool]:
     """Program functions (qualified) called from another module → whether every such call, in
     every module, is made evaluating (under ``no_grad`` or after the caller's ``model.eval()``)."""
+    return _joined_calls_out(facts, "evaluating_calls_out")
+
+
+def _joined_calls_out(facts: dict[str, ScriptFacts], fact: str) -> dict[str, bool]:
+    """A verdict on each call out to another module's function (``fact``: ``evaluating_calls_out``,
+    ``training_calls_out``), joined over every module: whether it holds for every such call."""
     joined: dict[str, bool] = {}
     for module_facts in facts.values():
-        for callee, evaluating in module_facts.evaluating_calls_out.items():
-            joined[callee] = joined.get(callee, True) and evaluating
+        for callee, verdict in getattr(module_facts, fact).items():
+            joined[callee] = joined.get(callee, True) and verdict
     return joined
 
 

@@ -206,6 +206,9 @@ class Learnt:
     per_batch_file_writers: tuple[tuple[str, int, str], ...]
     #: Program functions (qualified) called from another module → whether every such call evaluates.
     evaluating_calls: dict[str, bool]
+    #: Program functions and methods (qualified) called from another module's loops → whether
+    #: every such call is in a loop that trains over a loader.
+    training_calls: dict[str, bool] = field(default_factory=dict)
     #: Program functions and methods (qualified) another module calls where some rank may not go.
     called_on_some_ranks: set[str] = field(default_factory=set)
     #: Module → the names it imports that another module binds to a fixed GPU, as it reads them.
@@ -214,6 +217,8 @@ class Learnt:
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     #: Functions and static or class methods (qualified) returning a new model, program-wide.
     model_factories: set[str] = field(default_factory=set)
+    #: Methods (qualified) returning a new optimizer, program-wide.
+    optimizer_methods: set[str] = field(default_factory=set)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -230,6 +235,7 @@ class Learnt:
             loader_factories=frozenset(self.loader_factories),
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
             model_factories=frozenset(self.model_factories),
+            optimizer_methods=frozenset(self.optimizer_methods),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
             training_classes_elsewhere=frozenset(self.training_classes - own),
@@ -257,6 +263,11 @@ class Learnt:
             imported_gpu_indices=frozenset(self.imported_gpu_indices.get(name, set())),
             logger_parameters=frozenset(self.received.loggers.get(name, set())),
             logger_callees=frozenset(self.received.logger_callees),
+            fed_from_elsewhere=frozenset(
+                function
+                for qualified, fed in self.training_calls.items()
+                if fed and (function := _own_callee(qualified, name, shape)) is not None
+            ),
             evaluated_from_elsewhere=tuple(
                 sorted(
                     (function, evaluating)
