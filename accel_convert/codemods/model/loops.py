@@ -193,8 +193,8 @@ def _training_calls_across_modules(a: Analysis, training: AbstractSet[int]) -> N
     for call in a.r.calls:
         imported = _program_callee_or_method(a, call) if call.loops else None
         if imported is not None:
-            fed = any(id(loop.node) in training for loop in call.loops)
-            calls_out[imported] = calls_out.get(imported, True) and fed
+            in_training = any(id(loop.node) in training for loop in call.loops)
+            calls_out[imported] = calls_out.get(imported, True) and in_training
     facts.training_calls_out = calls_out
     fed = a.seeds.fed_from_elsewhere
     # A class counts among the functions running a backward through its methods: those are the steps.
