@@ -353,12 +353,8 @@ class Program:
             path_readers=_qualified(facts, "path_parameter_reads"),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
-            model_factories={
-                f"{name}.{factory}" for name, module_facts in facts.items() for factory in module_facts.model_factories
-            },
-            optimizer_methods={
-                f"{name}.{method}" for name, module_facts in facts.items() for method in module_facts.optimizer_methods
-            },
+            model_factories=_qualified_names(facts, "model_factories"),
+            optimizer_methods=_qualified_names(facts, "optimizer_methods"),
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
         # second round on, so a logger of one module built in a call of another's function (or
@@ -475,6 +471,11 @@ def _qualified(facts: dict[str, ScriptFacts], fact: str) -> tuple[tuple[str, int
             for function, position, param in getattr(module_facts, fact)
         )
     )
+
+
+def _qualified_names(facts: dict[str, ScriptFacts], fact: str) -> set[str]:
+    """``fact`` (a set of the module's own names: ``model_factories``) of every module, qualified."""
+    return {f"{name}.{own}" for name, module_facts in facts.items() for own in getattr(module_facts, fact)}
 
 
 def _file_logger_classes(facts: dict[str, ScriptFacts]) -> frozenset[str]:

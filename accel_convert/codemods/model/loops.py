@@ -136,7 +136,6 @@ def loops(a: Analysis) -> None:
     train: set[str] = set()
     evaluation: set[str] = set()
     wrapped_evaluations: list[LoopRecord] = []
-    training_loops: set[int] = set()
     for loop in a.r.loops:
         trains = _trains(a, loop, backward_functions)
         evaluates = (
@@ -160,10 +159,6 @@ def loops(a: Analysis) -> None:
             record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, a.site(loop.node), loop.nested)
             (facts.train_loops if trains else facts.eval_loops).append(record)
             (train if trains else evaluation).update(origins)
-        if trains or not evaluates:
-            # A loop calling another module's training step per batch (``trainer.train_step(x,
-            # y)``) runs no backward this module sees, and evaluates nothing.
-            training_loops.add(id(loop.node))
     train |= _read_by_hand_in_training(a, created_loaders - evaluation, backward_functions)
     _sort_loaders(a, created_loaders, train, evaluation)
     for loop in wrapped_evaluations:
@@ -173,10 +168,10 @@ def loops(a: Analysis) -> None:
             )
             facts.eval_loops.append(record)
     _comprehension_evaluations(a, switches, backward_functions)
-    _training_calls_across_modules(a, training_loops)
+    _training_calls_across_modules(a)
 
 
-def _training_calls_across_modules(a: Analysis, training: AbstractSet[int]) -> None:
+def _training_calls_across_modules(a: Analysis) -> None:
     """The training loops' calls of other modules' functions and methods, and this module's
     training steps those calls run. Each module tells the program which of the others'
     functions it calls, by qualified name, inside a loop over a loader that trains or at least
@@ -189,6 +184,10 @@ def _training_calls_across_modules(a: Analysis, training: AbstractSet[int]) -> N
     facts = a.facts
     if a.seeds is None:
         return
+    # A loop calling another module's training step per batch (``trainer.train_step(x, y)``)
+    # runs no backward this module sees: every loop over a loader that evaluates nothing.
+    evaluating = {record.site for record in facts.eval_loops}
+    training = {id(loop.node) for loop, _ in a.loader_loops if a.site(loop.node) not in evaluating}
     calls_out: dict[str, bool] = {}
     for call in a.r.calls:
         imported = _program_callee_or_method(a, call) if call.loops else None
