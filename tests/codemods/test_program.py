@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import libcst as cst
+import pytest
 
 from accel_convert.codemods.engine.local_imports import local_imports
 from accel_convert.codemods.engine.model import Options
@@ -1116,3 +1117,45 @@ def test_a_console_logger_of_another_module_keeps_the_accelerator_and_a_dataset_
     # A dataset goes to the loader's workers, where the accelerator cannot: it keeps its print.
     assert "    def __init__(self, n):" in logs
     assert '        print("building", n)' in logs
+
+
+def _detector_project(name: str) -> dict[str, str]:
+    folder = PROJECTS / name
+    return {path.stem: path.read_text() for path in sorted(folder.glob("*.py"))}
+
+
+def test_a_models_optimizer_method_is_told_to_the_modules_calling_it() -> None:
+    """faster-rcnn's ``FasterRCNN.get_optimizer`` builds ``SGD(self.parameters())``: the program
+    tells every module so, and where a trainer of another module calls it on the detector it
+    holds, that builds the optimizer and the detector is a trained model."""
+    sources = _detector_project("detector_trainer_module")
+    seeds = Program(modules(**sources), "train").plan()
+    assert "model.Detector.get_optimizer" in seeds["trainer"].optimizer_methods
+    assert seeds["train"].models_handed_over == frozenset({"detector"})
+    # ``trainer.train_step(x, y)`` runs per batch of the entry's loop over the training loader.
+    assert seeds["trainer"].fed_from_elsewhere == frozenset({"DetectorTrainer.train_step"})
+
+
+@pytest.mark.parametrize(
+    ("name", "trainer_module"),
+    [
+        ("detector_trainer_module", "trainer"),
+        ("detector_trainer_plain_module", "trainer"),
+        ("detector_trainer_entry", "train"),
+    ],
+)
+def test_the_detector_a_trainer_trains_through_its_optimizer_method_is_prepared(name: str, trainer_module: str) -> None:
+    """The detector is prepared where the entry builds it (before, only the loaders were: each
+    process trained its own copy, unsynchronised, on half the data, without a word); the trainer
+    builds the optimizer from the unwrapped detector and prepares it, steps through the
+    accelerator's backward, and the entry saves the unwrapped detector. No finding is left."""
+    sources = _detector_project(name)
+    code = converted("train", **sources)
+    train, trainer = code["train"], code[trainer_module]
+    assert "detector, train_loader, test_loader = accelerator.prepare(detector, train_loader, test_loader)\n" in train
+    assert "self.optimizer = self.accelerator.unwrap_model(self.detector).get_optimizer()\n" in trainer
+    assert "self.optimizer = self.accelerator.prepare(self.optimizer)\n" in trainer
+    assert "self.accelerator.backward(loss)" in trainer
+    assert 'accelerator.save(accelerator.unwrap_model(trainer.detector).state_dict(), "detector.pt")' in train
+    outcomes = convert_program(modules(**sources), "train", Options())
+    assert [c.code for outcome in outcomes.values() for c in outcome.changes if c.code.startswith("ACC9")] == []

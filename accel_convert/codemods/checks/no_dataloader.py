@@ -217,6 +217,8 @@ class NoDataLoader(Rule):
             and not facts.existing_features & SELF_DISTRIBUTING
             # The data comes in from callers this file does not show (ACC904 says so).
             and not facts.library_converted_alone
+            # Each training step is called per batch by another module's loop over a loader.
+            and not facts.backward_fed_elsewhere
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:

@@ -545,6 +545,10 @@ class ScriptFacts(FactQuestions):
     #: return a new model of the program's classes: a call of one builds a model as a
     #: construction does (see :func:`codemods.engine.imported_calls.builds_model_of_program_class`).
     model_factories: AbstractSet[str] = frozenset()
+    #: Methods of the file's classes (``"Detector.get_optimizer"``) that return a new optimizer
+    #: (a model's ``configure_optimizers``): a call of one builds an optimizer over its receiver,
+    #: here and, through the seeds' ``optimizer_methods``, in the program's other modules.
+    optimizer_methods: AbstractSet[str] = frozenset()
     #: Module-level classes deriving from a ``DataLoader`` (torch's, another of the file's, or a
     #: loader class of another module of the program): see :meth:`FactQuestions.builds_data_loader`.
     loader_classes: AbstractSet[str] = frozenset()
@@ -628,6 +632,14 @@ class ScriptFacts(FactQuestions):
     #: a loop that trains): the program joins them into the callee's seeds, and a draw such a
     #: function makes is per process on purpose (an augmentation), not shared.
     per_process_calls_out: Mapping[str, bool] = field(default_factory=dict)
+    #: Functions and methods of the program's other modules (qualified) this module calls inside
+    #: loops over a loader → whether every such call is in a loop that trains: told to the
+    #: callee's module as the seeds' ``fed_from_elsewhere``.
+    training_calls_out: Mapping[str, bool] = field(default_factory=dict)
+    #: Every function and method of this module running a backward is a training step another
+    #: module's training loop over a loader calls (``trainer.train_step(x, y)``): the batches come
+    #: from that (prepared) loader.
+    backward_fed_elsewhere: bool = False
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
     #: Whether the module's ``.backward()`` calls train something: False when nothing steps an
@@ -784,6 +796,7 @@ class FactsDraft(FactQuestions):
     dataset_classes: set[str] = field(default_factory=set)
     bundle_classes: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     model_factories: set[str] = field(default_factory=set)
+    optimizer_methods: set[str] = field(default_factory=set)
     loader_classes: set[str] = field(default_factory=set)
     training_classes: set[str] = field(default_factory=set)
     training_bases: set[str] = field(default_factory=set)
@@ -811,6 +824,8 @@ class FactsDraft(FactQuestions):
     backward_functions: set[str] = field(default_factory=set)
     evaluating_calls_out: dict[str, bool] = field(default_factory=dict)
     per_process_calls_out: dict[str, bool] = field(default_factory=dict)
+    training_calls_out: dict[str, bool] = field(default_factory=dict)
+    backward_fed_elsewhere: bool = False
     backward_site: Site | None = None
     backward_trains: bool = True
     backward_helpers: set[str] = field(default_factory=set)

@@ -31,7 +31,7 @@ seeds themselves).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -342,11 +342,12 @@ class Program:
             stepped=stepped_elsewhere([*calls, *method_calls], parents, facts),
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
-            evaluating_calls=_every_call(facts, "evaluating_calls_out"),
+            evaluating_calls=_joined_calls_out(facts, "evaluating_calls_out"),
             per_process_calls={
-                **_every_call(facts, "per_process_calls_out"),
+                **_joined_calls_out(facts, "per_process_calls_out"),
                 **{f"{use.callee_module}.{use.callee}": False for use in values},
             },
+            training_calls=_joined_calls_out(facts, "training_calls_out"),
             called_on_some_ranks={
                 callee
                 for module_facts in facts.values()
@@ -357,9 +358,8 @@ class Program:
             handle_openers=_handle_openers(facts),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
-            model_factories={
-                f"{name}.{factory}" for name, module_facts in facts.items() for factory in module_facts.model_factories
-            },
+            model_factories=_qualified_names(facts, "model_factories"),
+            optimizer_methods=_qualified_names(facts, "optimizer_methods"),
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
         # second round on, so a logger of one module built in a call of another's function (or
@@ -490,6 +490,11 @@ def _handle_openers(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, str], ...
     )
 
 
+def _qualified_names(facts: dict[str, ScriptFacts], fact: str) -> set[str]:
+    """``fact`` (a set of the module's own names: ``model_factories``) of every module, qualified."""
+    return {f"{name}.{own}" for name, module_facts in facts.items() for own in getattr(module_facts, fact)}
+
+
 def _file_logger_classes(facts: dict[str, ScriptFacts]) -> frozenset[str]:
     """Every class of the program keeping a file open for writing (see ``file_flow.file_loggers``),
     by qualified name."""
@@ -504,15 +509,12 @@ def _bundle_classes(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, tuple[tup
     )
 
 
-def _every_call(facts: dict[str, ScriptFacts], told: str) -> dict[str, bool]:
-    """Program functions (qualified) called from another module → whether every such call, in
-    every module, is made so, as each module tells it in its facts' field ``told``
-    (``evaluating_calls_out``: under ``no_grad`` or after the caller's ``model.eval()``;
-    ``per_process_calls_out``: where each process does its own work)."""
+def _joined_calls_out(facts: dict[str, ScriptFacts], fact: str) -> dict[str, bool]:
+    """A verdict on each call out to another module's function (``fact``: ``evaluating_calls_out``,
+    ``training_calls_out``, ``per_process_calls_out``), joined over every module: whether it holds for every such call."""
     joined: dict[str, bool] = {}
     for module_facts in facts.values():
-        verdicts: Mapping[str, bool] = getattr(module_facts, told)
-        for callee, verdict in verdicts.items():
+        for callee, verdict in getattr(module_facts, fact).items():
             joined[callee] = joined.get(callee, True) and verdict
     return joined
 

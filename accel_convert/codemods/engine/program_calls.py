@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import held_name, is_gpu_index
+from accel_convert.codemods.engine.devices import construction, held_name, is_gpu_index
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
@@ -361,8 +361,11 @@ class InstanceCalls(NameCollector):
         return self.instances.get(instance) if instance is not None else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call) and len(node.targets) == 1:
-            found = self._program_class(node.value.func)
+        # Through moves and mode switches: ``trainer = FasterRCNNTrainer(net).cuda()`` binds the
+        # instance the construction builds (an ``nn.Module`` trainer moves itself and what it holds).
+        built = construction(node.value)
+        if built is not None and len(node.targets) == 1:
+            found = self._program_class(built.func)
             target = dotted(node.targets[0].target)
             if found is not None and target is not None:
                 self.instances[target] = found

@@ -209,6 +209,9 @@ class Learnt:
     #: Program functions (qualified) called from another module → whether every such call is
     #: made per process (a dataset's ``__getitem__``) and none is handed over as a value.
     per_process_calls: dict[str, bool] = field(default_factory=dict)
+    #: Program functions and methods (qualified) called from another module's loops → whether
+    #: every such call is in a loop that trains over a loader.
+    training_calls: dict[str, bool] = field(default_factory=dict)
     #: Program functions and methods (qualified) another module calls where some rank may not go.
     called_on_some_ranks: set[str] = field(default_factory=set)
     #: Module → the names it imports that another module binds to a fixed GPU, as it reads them.
@@ -219,6 +222,8 @@ class Learnt:
     model_factories: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a file they open for writing → its mode.
     handle_openers: tuple[tuple[str, str], ...] = ()
+    #: Methods (qualified) returning a new optimizer, program-wide.
+    optimizer_methods: set[str] = field(default_factory=set)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -235,6 +240,7 @@ class Learnt:
             loader_factories=frozenset(self.loader_factories),
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
             model_factories=frozenset(self.model_factories),
+            optimizer_methods=frozenset(self.optimizer_methods),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
             training_classes_elsewhere=frozenset(self.training_classes - own),
@@ -269,6 +275,11 @@ class Learnt:
                     for qualified, per_process in self.per_process_calls.items()
                     if (function := _own_callee(qualified, name, shape)) is not None
                 )
+            ),
+            fed_from_elsewhere=frozenset(
+                function
+                for qualified, fed in self.training_calls.items()
+                if fed and (function := _own_callee(qualified, name, shape)) is not None
             ),
             evaluated_from_elsewhere=tuple(
                 sorted(

@@ -102,6 +102,10 @@ class ProgramSeeds:
     #: is made evaluating (``compute_accuracy(model, loader)`` called under
     #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.
     evaluated_from_elsewhere: tuple[tuple[str, bool], ...] = ()
+    #: This module's functions and methods (``"DetectorTrainer.train_step"``) that other modules
+    #: call only inside their training loops over a loader (``trainer.train_step(x, y)`` for each
+    #: batch of the entry's ``train_loader``): what they train on are those loaders' batches.
+    fed_from_elsewhere: frozenset[str] = frozenset()
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
@@ -174,6 +178,10 @@ class ProgramSeeds:
     #: name, or through another such function: a call of one elsewhere builds a model there as
     #: a construction of the class would (``model = build_model(10)``).
     model_factories: frozenset[str] = frozenset()
+    #: Program-wide: methods (qualified: ``model.Detector.get_optimizer``) returning a new
+    #: optimizer (``facts.optimizer_methods``): those of model classes build an optimizer over
+    #: their receiver where another module calls them (``self.detector.get_optimizer()``).
+    optimizer_methods: frozenset[str] = frozenset()
     #: Program-wide: classes (qualified) deriving from ``torch.utils.data.DataLoader``, directly or
     #: through other classes of the program (pytorch-template's ``MnistDataLoader`` over
     #: ``BaseDataLoader``): building one builds a loader, prepared as a ``DataLoader`` is.

@@ -112,6 +112,8 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "loader_loops",
         "loader_comprehensions",
         "evaluating_calls_out",
+        "training_calls_out",
+        "backward_fed_elsewhere",
     ),
     refines=("train_loaders", "loop_backward"),
 )
@@ -166,6 +168,38 @@ def loops(a: Analysis) -> None:
             )
             facts.eval_loops.append(record)
     _comprehension_evaluations(a, switches, backward_functions)
+    _training_calls_across_modules(a)
+
+
+def _training_calls_across_modules(a: Analysis) -> None:
+    """The training loops' calls of other modules' functions and methods, and this module's
+    training steps those calls run. Each module tells the program which of the others'
+    functions it calls, by qualified name, inside a loop over a loader that trains or at least
+    evaluates nothing (``training``: the loops' nodes, by id): ``trainer.train_step(x, y)`` in the
+    entry's loop over ``train_loader`` is ``trainer.DetectorTrainer.train_step``
+    (``training_calls_out``); the seeds hand the callee's module those that are its own
+    (``fed_from_elsewhere``). A backward there trains on the batches those loops hand it, a
+    prepared loader's (``backward_fed_elsewhere``): no loader of its own is missing (ACC901
+    stays silent)."""
+    facts = a.facts
+    if a.seeds is None:
+        return
+    # A loop calling another module's training step per batch (``trainer.train_step(x, y)``)
+    # runs no backward this module sees: every loop over a loader that evaluates nothing.
+    evaluating = {record.site for record in facts.eval_loops}
+    training = {id(loop.node) for loop, _ in a.loader_loops if a.site(loop.node) not in evaluating}
+    calls_out: dict[str, bool] = {}
+    for call in a.r.calls:
+        imported = _program_callee_or_method(a, call) if call.loops else None
+        if imported is not None:
+            in_training = any(id(loop.node) in training for loop in call.loops)
+            calls_out[imported] = calls_out.get(imported, True) and in_training
+    facts.training_calls_out = calls_out
+    fed = a.seeds.fed_from_elsewhere
+    # A class counts among the functions running a backward through its methods: those are the steps.
+    steps = {f"{owner}.{method}" for owner, method in a.backward_methods}
+    steps |= set(facts.backward_functions) - set(a.r.classes)
+    facts.backward_fed_elsewhere = bool(steps) and steps <= fed
 
 
 def _sort_loaders(a: Analysis, created: set[str], train: set[str], evaluation: set[str]) -> None:
@@ -258,7 +292,7 @@ def _program_callee_or_method(a: Analysis, call: CallRecord) -> str | None:
         built = [
             assign.value for assign in a.r.assigns if assign.function == call.function and assign.targets == (instance,)
         ]
-        receiver = built[0] if len(built) == 1 else receiver
+        receiver = constructed(built[0]) if len(built) == 1 else receiver
     if not isinstance(receiver, cst.Call):
         return None
     owner = program_callee(a.facts, receiver.func, call.scope)

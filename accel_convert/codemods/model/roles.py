@@ -126,8 +126,12 @@ def _loader_method(a: Analysis, assign: AssignRecord, value: cst.Call) -> tuple[
 
 
 def _optimizer_methods(a: Analysis) -> set[str]:
-    """Names of methods of the file's classes that return a new optimizer, built in the return
-    or bound to a local first (a model's ``configure_optimizers``, as in minGPT and nanoGPT)."""
+    """Names of methods that return a new optimizer, built in the return or bound to a local first
+    (a model's ``configure_optimizers``, as in minGPT and nanoGPT; faster-rcnn's
+    ``get_optimizer``): of the file's classes (told to the program's other modules as
+    ``facts.optimizer_methods``), and, through the seeds, of the program's model classes in
+    other modules (``self.optimizer = self.faster_rcnn.get_optimizer()`` in a trainer of another
+    module than ``FasterRCNN``'s, whose method builds ``SGD(self.parameters())``)."""
     found = set()
     for scope, value in a.r.method_returns:
         value = constructed(value)
@@ -140,6 +144,15 @@ def _optimizer_methods(a: Analysis) -> set[str]:
             qualified = a.r.names.qualified_name(value.func, scope, strict=False)
             if qualified is not None and is_optimizer(qualified):
                 found.add(scope[1])
+                a.facts.optimizer_methods.add(f"{scope[0]}.{scope[1]}")
+    seeds = a.seeds
+    if seeds is not None:
+        # Only a model class's: its receiver, wherever it is called, is the model it trains.
+        found |= {
+            method
+            for owner, _, method in (qualified.rpartition(".") for qualified in seeds.optimizer_methods)
+            if owner in seeds.model_classes
+        }
     return found
 
 
@@ -180,7 +193,7 @@ def stepped_objects(a: Analysis) -> None:
 
 @provider(
     needs=("device_names", "train_loaders", "stepped_objects", "model_factories"),
-    provides=("optimizers", "models", "frozen_models", "optimizer_home"),
+    provides=("optimizers", "models", "frozen_models", "optimizer_home", "optimizer_methods"),
     refines=("schedulers",),
 )
 def optimizers_and_models(a: Analysis) -> None:
