@@ -222,8 +222,7 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
         return  # the analysis saw no split: no walk of the file
     every_call = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
     seeds = [call for call in every_call if is_seeding_call(call, facts)]
-    shared = set(locality_of(facts).shared_draws)
-    calls = [call for call in _not_agreed(module, every_call, facts) if facts.origins.site(call) in shared]
+    calls = _shared(_not_agreed(module, every_call, facts), facts)
     if all(facts.qualified_name(call.func) in TORCH_ONLY_SEEDS for call in seeds):
         # torch.manual_seed leaves numpy's and random's generators as they were.
         for call in calls:
@@ -248,6 +247,13 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
             "(accelerate's set_seed(...) or torch.manual_seed(...))"
         )
         changes.append(report_at(site, UnseededRandomData.code, message))
+
+
+def _shared(calls: list[cst.Call], facts: ScriptFacts) -> list[cst.Call]:
+    """``calls`` but those the process-locality owner says each process makes for itself (an
+    augmentation's shuffle in a dataset's ``__getitem__``)."""
+    shared = set(locality_of(facts).shared_draws)
+    return [call for call in calls if facts.origins.site(call) in shared]
 
 
 def _not_agreed(module: cst.Module, calls: list[cst.Call], facts: ScriptFacts) -> list[cst.Call]:

@@ -269,26 +269,26 @@ class Learnt:
             imported_gpu_indices=frozenset(self.imported_gpu_indices.get(name, set())),
             logger_parameters=frozenset(self.received.loggers.get(name, set())),
             logger_callees=frozenset(self.received.logger_callees),
-            called_from_elsewhere=tuple(
-                sorted(
-                    (function, per_process)
-                    for qualified, per_process in self.per_process_calls.items()
-                    if (function := _own_callee(qualified, name, shape)) is not None
-                )
-            ),
+            called_from_elsewhere=_own_verdicts(self.per_process_calls, name, shape),
             fed_from_elsewhere=frozenset(
                 function
                 for qualified, fed in self.training_calls.items()
                 if fed and (function := _own_callee(qualified, name, shape)) is not None
             ),
-            evaluated_from_elsewhere=tuple(
-                sorted(
-                    (function, evaluating)
-                    for qualified, evaluating in self.evaluating_calls.items()
-                    if (function := _own_callee(qualified, name, shape)) is not None
-                )
-            ),
+            evaluated_from_elsewhere=_own_verdicts(self.evaluating_calls, name, shape),
         )
+
+
+def _own_verdicts(verdicts: dict[str, bool], name: str, shape: ModuleShape) -> tuple[tuple[str, bool], ...]:
+    """The program's verdicts on calls of functions (qualified) that are module ``name``'s own,
+    keyed as :func:`_own_callee` names them."""
+    return tuple(
+        sorted(
+            (function, verdict)
+            for qualified, verdict in verdicts.items()
+            if (function := _own_callee(qualified, name, shape)) is not None
+        )
+    )
 
 
 def _own_callee(qualified: str, name: str, shape: ModuleShape) -> str | None:
