@@ -386,27 +386,10 @@ def plan_programs(
         entries = folder_entries(readable, every_program)
     if resolved is not None:
         resolved.update((os.path.realpath(file), tuple(files)) for file, files in every_program.items())
-    libraries = {entry: {os.path.realpath(file.path) for file in files[1:]} for entry, files in entries.items()}
     for entry, files in entries.items():
-        if _converted_by_an_importer(entry, libraries):
-            continue
         if len(files) > 1 and (every_local_module or any(_mentions_torch(file.path) for file in files[1:])):
             programs[os.path.realpath(entry)] = tuple(files)
     return programs
-
-
-def _converted_by_an_importer(entry: Path, libraries: dict[Path, set[str]]) -> bool:
-    """Whether another entry's program converts ``entry`` as one of its modules (YOLOv3's
-    ``test.py``, a script of its own that ``train.py`` imports), and ``entry`` does not import
-    that one in turn: its conversion there also serves its own ``__main__`` block (what that block
-    calls creates an accelerator where it is given none), so it is no program of its own, whose
-    conversion of the modules they share would differ."""
-    real = os.path.realpath(entry)
-    return any(
-        real in others and not libraries[entry] & {os.path.realpath(importer)}
-        for importer, others in libraries.items()
-        if importer != entry
-    )
 
 
 def _mentions_torch(path: Path) -> bool:

@@ -197,7 +197,8 @@ def folder_entries(
     files: Sequence[Path], programs: dict[Path, list[ProgramFile]] | None = None
 ) -> dict[Path, list[ProgramFile]]:
     """The entry scripts among a folder's files (those with a ``__main__`` block, or that no
-    other file of the set imports as a local module of its own folder), each with its program.
+    other file of the set imports as a local module of its own folder), each with its program;
+    not one another entry's program converts as its module (:func:`_converted_by_an_importer`).
     ``programs``: every file's :func:`program_files`, when the caller has them already."""
     if programs is None:
         programs = {file: program_files(file) for file in files}
@@ -212,7 +213,22 @@ def folder_entries(
             if not main_block:
                 continue
         entries[file] = programs[file]
-    return entries
+    libraries = {entry: {file.path.resolve() for file in files[1:]} for entry, files in entries.items()}
+    return {entry: files for entry, files in entries.items() if not _converted_by_an_importer(entry, libraries)}
+
+
+def _converted_by_an_importer(entry: Path, libraries: dict[Path, set[Path]]) -> bool:
+    """Whether another entry's program converts ``entry`` as one of its modules (YOLOv3's
+    ``test.py``, a script of its own that ``train.py`` imports), and ``entry`` does not import
+    that one in turn: its conversion there also serves its own ``__main__`` block (what that block
+    calls creates an accelerator where it is given none), so it is no program of its own, whose
+    conversion of the modules they share would differ."""
+    real = entry.resolve()
+    return any(
+        real in others and importer.resolve() not in libraries[entry]
+        for importer, others in libraries.items()
+        if importer != entry
+    )
 
 
 def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes], options: Options) -> list[Conversion]:
