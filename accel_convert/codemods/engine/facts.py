@@ -469,6 +469,17 @@ class ScriptFacts(FactQuestions):
     #: Loaders this module builds and keeps unprepared for such an evaluation: the parameters
     #: they fill in other modules' functions receive every batch, on every process.
     loaders_left_unsharded: AbstractSet[str] = frozenset()
+    #: Module-level functions returning a loader whose ``collate_fn`` joins the samples' own rows
+    #: (``model/loaders.joined_rows_loaders``): a caller in another module evaluating over what
+    #: one returns keeps it unsharded, as this module keeps its own.
+    joined_rows_factories: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    #: Evaluation loops (original line) over such a loader that stays prepared (a training loop
+    #: iterates it too, or another module hands it in) → the positions of the joined values in
+    #: its batch (-1: the batch is one): nothing gathered there, reported (ACC965).
+    joined_rows_loops: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    #: Evaluation loops (original line) over such a loader that stays unprepared: every process
+    #: runs every batch, and nothing is gathered there.
+    unsharded_loops: AbstractSet[int] = frozenset()
     #: Names a call takes as its device that hold such a GPU from some of their origins and a
     #: value that cannot be followed from others: reported at the call.
     devices_unfollowed: AbstractSet[str] = frozenset()
@@ -774,6 +785,9 @@ class FactsDraft(FactQuestions):
     path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)
     per_batch_file_parameters: set[tuple[str, int, str]] = field(default_factory=set)
     loaders_left_unsharded: set[str] = field(default_factory=set)
+    joined_rows_factories: dict[str, frozenset[int]] = field(default_factory=dict)
+    joined_rows_loops: dict[int, frozenset[int]] = field(default_factory=dict)
+    unsharded_loops: set[int] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None

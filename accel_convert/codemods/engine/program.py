@@ -31,6 +31,7 @@ seeds themselves).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -70,7 +71,14 @@ from accel_convert.codemods.engine.program_shapes import (
     function_extents,
     iterates_parameters,
 )
-from accel_convert.codemods.engine.syntax import defines_backward, defines_method, dotted, forward_python_outputs
+from accel_convert.codemods.engine.syntax import (
+    class_methods,
+    concatenated_rows,
+    defines_backward,
+    defines_method,
+    dotted,
+    forward_python_outputs,
+)
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.model.locality import locality_of
 
@@ -133,6 +141,13 @@ class Program:
         #: Classes without an ``__init__`` (qualified) → the class whose ``__init__`` builds them
         #: (see :meth:`initialisers`), as the last round of :meth:`plan` found them.
         self.inherited_inits: dict[str, tuple[str, str]] = {}
+        self._names: dict[str, NameTable] = {}
+
+    def names_of(self, module: str) -> NameTable:
+        """Module ``module``'s name table, collected once for the whole plan."""
+        if module not in self._names:
+            self._names[module] = collect_names(self.modules[module].module)
+        return self._names[module]
 
     def aliases(self) -> dict[str, str]:
         """Qualified names under which a program function is also reachable → where it is defined:
@@ -191,6 +206,7 @@ class Program:
         """Seeds for every module, after the rounds of analysis that carry facts across."""
         aliases = tuple(sorted(self.aliases().items()))
         python_outputs = self._python_outputs()
+        row_collates = self._row_collates()
         backward_helpers = self._backward_helper_classes()
         models = self._derived_classes(dict(aliases), lambda base: base.startswith("torch.nn."))
         loaders = self._derived_classes(dict(aliases), DATA_LOADERS.__contains__)
@@ -201,6 +217,7 @@ class Program:
                 star_imports=tuple(sorted(self.star_bindings(name).items())),
                 aliases=aliases,
                 python_outputs=python_outputs,
+                row_collates=row_collates,
                 backward_helper_classes=backward_helpers,
                 model_classes=models,
                 loader_classes=loaders,
@@ -230,10 +247,33 @@ class Program:
             names: NameTable | None = None  # read only for a module with a ``forward``
             for node in module.module.body:
                 if isinstance(node, cst.ClassDef) and defines_method(node, "forward"):
-                    names = names or collect_names(module.module)
+                    names = names or self.names_of(name)
                     positions = forward_python_outputs(node, builtins_at(names, (node.name.value, "forward")))
                     if positions:
                         found.append((f"{name}.{node.name.value}", positions))
+        return tuple(sorted(found, key=lambda entry: entry[0]))
+
+    def _row_collates(self) -> tuple[tuple[str, frozenset[int]], ...]:
+        """Every module-level function and class method of the program returning rows joined
+        from the samples' own rows (``syntax.concatenated_rows``: a detector's ``collate_fn``), by
+        qualified name (``datasets.ListDataset.collate_fn``), with their positions: a loader of one
+        module may collate with a function of another."""
+        found = []
+        for name, module in self.modules.items():
+            names = self.names_of(name)
+            if not names.any_import_of("torch"):
+                continue  # no torch, no ``torch.cat``
+            for node in module.module.body:
+                functions: list[tuple[tuple[str, ...], cst.FunctionDef]] = []
+                if isinstance(node, cst.FunctionDef):
+                    functions = [((), node)]
+                elif isinstance(node, cst.ClassDef):
+                    functions = [((node.name.value,), method) for method in class_methods(node)]
+                for owner, function in functions:
+                    scope = (*owner, function.name.value)
+                    positions = concatenated_rows(function, functools.partial(names.qualified_name, scope=scope))
+                    if positions:
+                        found.append((".".join((name, *scope)), positions))
         return tuple(sorted(found, key=lambda entry: entry[0]))
 
     def _backward_helper_classes(self) -> frozenset[str]:
@@ -256,7 +296,7 @@ class Program:
             classes = [node for node in module.module.body if isinstance(node, cst.ClassDef)]
             if not classes:
                 continue
-            names = collect_names(module.module)
+            names = self.names_of(name)
             relative = self.shapes[name].relative
             for node in classes:
                 bases[f"{name}.{node.name.value}"] = {
@@ -360,6 +400,11 @@ class Program:
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories=_qualified_names(facts, "model_factories"),
             optimizer_methods=_qualified_names(facts, "optimizer_methods"),
+            joined_rows_factories={
+                f"{name}.{function}": positions
+                for name, module_facts in facts.items()
+                for function, positions in module_facts.joined_rows_factories.items()
+            },
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
         # second round on, so a logger of one module built in a call of another's function (or

@@ -224,6 +224,8 @@ class Learnt:
     handle_openers: tuple[tuple[str, str], ...] = ()
     #: Methods (qualified) returning a new optimizer, program-wide.
     optimizer_methods: set[str] = field(default_factory=set)
+    #: Functions (qualified) returning a loader whose collate function joins the samples' rows.
+    joined_rows_factories: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -241,6 +243,7 @@ class Learnt:
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
             model_factories=frozenset(self.model_factories),
             optimizer_methods=frozenset(self.optimizer_methods),
+            joined_rows_factories=tuple(sorted(self.joined_rows_factories.items(), key=lambda entry: entry[0])),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
             training_classes_elsewhere=frozenset(self.training_classes - own),

@@ -153,6 +153,11 @@ class ProgramSeeds:
     #: their positions among the outputs (``syntax.forward_python_outputs``): such outputs of a
     #: model built in another module cannot be gathered as tensors.
     python_outputs: tuple[tuple[str, frozenset[int]], ...] = ()
+    #: Program-wide: functions and class methods (qualified) returning rows joined from the
+    #: samples' own rows, with their positions among the outputs (``syntax.concatenated_rows``): a
+    #: loader collating with one (``collate_fn=dataset.collate_fn``) has batch values whose rows are
+    #: not samples.
+    row_collates: tuple[tuple[str, frozenset[int]], ...] = ()
     #: Program-wide: classes (qualified) defining a ``backward`` method (a weight penalty adding
     #: to the gradients by hand, an autograd helper object): the ``backward()`` of an instance
     #: built in another module is that method, not a loss tensor's.
@@ -182,6 +187,11 @@ class ProgramSeeds:
     #: optimizer (``facts.optimizer_methods``): those of model classes build an optimizer over
     #: their receiver where another module calls them (``self.detector.get_optimizer()``).
     optimizer_methods: frozenset[str] = frozenset()
+    #: Program-wide: functions (qualified: ``test._create_validation_data_loader``) returning a
+    #: loader whose ``collate_fn`` joins the samples' own rows (``facts.joined_rows_factories``),
+    #: with those values' positions in a batch: what a call of one returns elsewhere is such a
+    #: loader there.
+    joined_rows_factories: tuple[tuple[str, frozenset[int]], ...] = ()
     #: Program-wide: classes (qualified) deriving from ``torch.utils.data.DataLoader``, directly or
     #: through other classes of the program (pytorch-template's ``MnistDataLoader`` over
     #: ``BaseDataLoader``): building one builds a loader, prepared as a ``DataLoader`` is.

@@ -7,7 +7,7 @@ from typing import Any
 
 import libcst as cst
 
-from accel_convert.codemods.engine.syntax import is_docstring
+from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, is_docstring
 
 
 def parameter_index(params: cst.Parameters) -> int | None:
@@ -47,7 +47,7 @@ def with_optional_accelerator(function: cst.FunctionDef, name: str) -> cst.Funct
     new = cst.Param(
         cst.Name(name),
         default=cst.Name("None"),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+        equal=TIGHT_EQUAL,
     )
     if not isinstance(params.star_arg, cst.MaybeSentinel) or params.kwonly_params or params.star_kwarg is not None:
         if isinstance(params.star_arg, cst.MaybeSentinel):

@@ -629,24 +629,64 @@ def forward_python_outputs(class_def: cst.ClassDef, builtin: BuiltinOf) -> froze
     forward = next((method for method in class_methods(class_def) if method.name.value == "forward"), None)
     if forward is None:
         return frozenset()
-    inside = nodes_in(forward)
-    made = {
+    return _returned_positions(forward, lambda value: python_value(value, builtin))
+
+
+#: Calls joining tensors along their first dimension: the rows of every tensor they are given.
+_ROW_JOINS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+
+
+def concatenated_rows(
+    function: cst.FunctionDef, qualified: Callable[[cst.BaseExpression], str | None]
+) -> frozenset[int]:
+    """Positions of what a collate function returns that join the samples' own rows
+    (``bb_targets = torch.cat(bb_targets, 0)`` ... ``return paths, imgs, bb_targets``: {2}; -1 for
+    the only output): a detector's boxes, a varying number of rows per sample, so a row is not a
+    sample. A join of one row per sample (``torch.cat([x.unsqueeze(0) for x in xs])``) is a
+    stack, not counted. ``qualified``: the qualified name of a callee inside ``function``."""
+
+    def joins_rows(value: cst.BaseExpression) -> bool:
+        if not (isinstance(value, cst.Call) and value.args and qualified(value.func) in _ROW_JOINS):
+            return False
+        joined = value.args[0].value
+        return not (isinstance(joined, (cst.ListComp, cst.GeneratorExp)) and _one_row(joined.elt))
+
+    return _returned_positions(function, joins_rows)
+
+
+def _returned_positions(function: cst.FunctionDef, made: Callable[[cst.BaseExpression], bool]) -> frozenset[int]:
+    """Positions in the tuples ``function`` returns of the values ``made`` accepts, written there
+    or bound to a name by an assignment whose value it accepts (-1: the only output)."""
+    inside = nodes_in(function)
+    bound = {
         name
         for found in inside
-        if isinstance(found, cst.Assign) and python_value(found.value, builtin)
+        if isinstance(found, cst.Assign) and made(found.value)
         for target in found.targets
         for name in target_names(target.target)
     }
 
-    def made_in_python(value: cst.BaseExpression) -> bool:
-        return (isinstance(value, cst.Name) and value.value in made) or python_value(value, builtin)
+    def accepted(value: cst.BaseExpression) -> bool:
+        return (isinstance(value, cst.Name) and value.value in bound) or made(value)
 
     positions: set[int] = set()
     for found in inside:
         if not isinstance(found, cst.Return) or found.value is None:
             continue
         if isinstance(found.value, cst.Tuple):
-            positions.update(i for i, element in enumerate(found.value.elements) if made_in_python(element.value))
-        elif made_in_python(found.value):
+            positions.update(i for i, element in enumerate(found.value.elements) if accepted(element.value))
+        elif accepted(found.value):
             positions.add(-1)
     return frozenset(positions)
+
+
+def _one_row(value: cst.BaseExpression) -> bool:
+    """``x.unsqueeze(0)`` or ``x[None]``: one sample made a row of its own."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "unsqueeze":
+        return bool(value.args) and isinstance(value.args[0].value, cst.Integer) and value.args[0].value.value == "0"
+    return (
+        isinstance(value, cst.Subscript)
+        and isinstance(value.slice[0].slice, cst.Index)
+        and isinstance(value.slice[0].slice.value, cst.Name)
+        and value.slice[0].slice.value.value == "None"
+    )

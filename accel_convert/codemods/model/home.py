@@ -539,8 +539,10 @@ def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     }
     accessible = reached - conclusions.reachable(on_import)
     facts.accessible_functions = accessible
+    callers: dict[str, set[str]] = {}
+    for caller, callees in facts.call_graph.items():
+        for callee in callees:
+            callers.setdefault(callee, set()).add(caller)
     facts.optional_accelerator_functions = {
-        function
-        for function in accessible
-        if any(function in callees and caller not in accessible for caller, callees in facts.call_graph.items())
+        function for function in accessible if callers.get(function, set()) - accessible
     }

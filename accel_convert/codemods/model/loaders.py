@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.devices import constructed, construction
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import iterated
+from accel_convert.codemods.engine.names import ScopeKey
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     class_methods,
+    concatenated_rows,
     constant_item,
     dotted,
     parameter_filled,
@@ -18,7 +20,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
 )
-from accel_convert.codemods.model.calls import elements_held, unpacked_targets
+from accel_convert.codemods.model.calls import elements_held, instance_class_at, unpacked_targets
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
@@ -483,3 +485,126 @@ def _dict_entry(a: Analysis, name: str, key: str) -> str | None:
                 ):
                     return cst.Module([]).code_for_node(element.value)
     return None
+
+
+@provider(
+    needs=("loader_factories", "loader_loops", "train_loaders", "eval_loaders", "eval_loops", "unsharded_loaders"),
+    provides=("joined_rows_factories", "joined_rows_loops", "unsharded_loops"),
+    refines=("unsharded_loaders", "eval_loaders", "loaders_left_unsharded"),
+)
+def joined_rows_loaders(a: Analysis) -> None:
+    """Loaders whose ``collate_fn`` joins the samples' own rows into one tensor (YOLO's
+    ``ListDataset.collate_fn``: ``torch.cat(bb_targets, 0)``, every image's boxes with a column for
+    the image's index in the batch; ``syntax.concatenated_rows``): a function or a class's method of
+    the file, or of another module of the program (the seeds' ``row_collates``), or what a
+    factory returning such a loader returns (``joined_rows_factories``, told to the program).
+
+    A row is not a sample, so such an evaluation cannot be gathered batch by batch: the gather
+    would drop the last batch's padding by counting rows, and join indices that point at another
+    process's images. An evaluation loader of this module that no training loop iterates stays
+    unprepared instead (``unsharded_loaders``, no longer an evaluation loader to prepare, and
+    ``loaders_left_unsharded`` for the functions of other modules it is handed to): every process
+    evaluates every batch, as the original does, and computes the whole set's metrics
+    (``unsharded_loops``: nothing gathered there). The price is the evaluation's speed-up. An evaluation over one that stays prepared (a training loop
+    iterates it too, or another module hands it in prepared) is reported (``joined_rows_loops``)."""
+    joined = _joined_rows_built(a)
+    handed = a.seeds.unsharded_parameters if a.seeds is not None else frozenset()
+    if not joined and not handed:
+        return
+    facts = a.facts
+    facts.joined_rows_factories = {
+        assign.function: positions
+        for assign in a.r.assigns
+        if assign.function in a.loader_factories
+        for target in assign.targets
+        if (positions := joined.get(target))
+    }
+    # Only evaluated, never trained on: every process evaluates every batch.
+    kept = (joined.keys() & facts.eval_loaders) - facts.train_loaders
+    a.unsharded_loaders |= kept
+    facts.eval_loaders = set(facts.eval_loaders) - kept
+    facts.loaders_left_unsharded |= kept
+    evaluating = {loop.site.line for loop in facts.eval_loops}
+    for loop, origins in a.loader_loops:
+        line = a.site(loop.node).line
+        rows = origins & joined.keys()
+        if line not in evaluating or not (rows or origins & handed):
+            continue
+        if rows <= a.unsharded_loaders:
+            facts.unsharded_loops.add(line)
+        else:
+            facts.joined_rows_loops[line] = frozenset(position for origin in rows for position in joined[origin])
+
+
+def _joined_rows_built(a: Analysis) -> dict[str, frozenset[int]]:
+    """The loaders this module builds or gets from a factory whose collate function joins the
+    samples' rows → the positions of those values in a batch."""
+    joined: dict[str, frozenset[int]] = {}
+    factories: dict[str, frozenset[int]] = dict(a.seeds.joined_rows_factories if a.seeds is not None else ())
+    for _ in range(2):  # a factory of the file is known once the loader it builds is
+        for assign in a.r.assigns:
+            built = constructed(assign.value)
+            if not isinstance(built, cst.Call):
+                continue
+            positions: frozenset[int] = frozenset()
+            if a.constructs_loader(built, assign.scope):
+                collate = argument_for(built, None, "collate_fn")
+                positions = _collated_rows(a, collate.value, assign) if collate is not None else frozenset()
+            else:
+                callee = dotted(built.func) if isinstance(built.func, cst.Name) else None
+                positions = factories.get(callee or "") or factories.get(
+                    program_callee(a.facts, built.func, assign.scope) or "", frozenset()
+                )
+            for target in assign.targets if positions else ():
+                joined[target] = positions
+        for assign in a.r.assigns:
+            if assign.function in a.loader_factories and set(assign.targets) & joined.keys():
+                factories[assign.function] = frozenset().union(*(joined[t] for t in assign.targets if t in joined))
+    return joined
+
+
+def _collated_rows(a: Analysis, collate: cst.BaseExpression, assign: AssignRecord) -> frozenset[int]:
+    """The positions of the joined rows in what the collate function ``collate`` returns (empty:
+    it joins none, or it cannot be followed): a function of the file, a method of a class of the
+    file or of another module (``dataset.collate_fn`` of ``dataset = ListDataset(...)``,
+    ``self.valid_set.collate_fn``), or an imported function."""
+    imported = dict(a.seeds.row_collates) if a.seeds is not None else {}
+    if isinstance(collate, cst.Name) and collate.value in a.r.defs:
+        definition = _module_function(a, collate.value)
+        return _rows_returned(a, definition, (collate.value,)) if definition is not None else frozenset()
+    if isinstance(collate, cst.Attribute):
+        own, qualified = _class_of(a, assign, collate.value)
+        if own is not None:
+            method = next((m for m in class_methods(a.r.classes[own].node) if m.name.value == collate.attr.value), None)
+            return _rows_returned(a, method, (own, collate.attr.value)) if method is not None else frozenset()
+        return imported.get(f"{qualified}.{collate.attr.value}", frozenset())
+    return imported.get(program_callee(a.facts, collate, assign.scope) or "", frozenset())
+
+
+def _rows_returned(a: Analysis, function: cst.FunctionDef, scope: ScopeKey) -> frozenset[int]:
+    return concatenated_rows(function, lambda node: a.facts.qualified_name(node, scope))
+
+
+def _module_function(a: Analysis, name: str) -> cst.FunctionDef | None:
+    body = a.module.body if a.module is not None else ()
+    return next((node for node in body if isinstance(node, cst.FunctionDef) and node.name.value == name), None)
+
+
+def _class_of(a: Analysis, assign: AssignRecord, owner: cst.BaseExpression) -> tuple[str | None, str | None]:
+    """The class ``owner`` is, or that the function holding ``assign`` binds ``owner`` to an
+    instance of (``dataset = ListDataset(...)``, ``self.valid_set = ListDataset(...)``): a class of
+    the file by name, or another module's by qualified name (None, None: not known)."""
+    own = instance_class_at(a, assign.scope, owner)
+    name = dotted(owner)
+    if own is None and name in a.r.classes:
+        own = name
+    if own is not None:
+        return own, None
+    for other in a.r.assigns:
+        built = construction(other.value)
+        if other.function == assign.function and name in other.targets and built is not None:
+            written = dotted(built.func)
+            if written in a.r.classes:
+                return written, None
+            return None, program_callee(a.facts, built.func, other.scope)
+    return None, program_callee(a.facts, owner, assign.scope)

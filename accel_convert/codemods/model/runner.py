@@ -79,6 +79,7 @@ PROVIDERS: tuple[Provider, ...] = (
     loops.loops,
     file_flow.per_batch_file_loaders,
     file_flow.statistics_loaders,
+    loaders.joined_rows_loaders,
     models.models_trained_by_hand,
     roles.per_epoch_schedulers,
     home.home,

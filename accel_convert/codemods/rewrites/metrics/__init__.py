@@ -96,6 +96,15 @@ with positions in the joined batch.
 
 Token-level values of a loader whose ``collate_fn`` pads each batch to its own longest sample are
 reported (ACC952): two processes' batches can differ in length, and the gather then fails.
+
+Batch values a loader's ``collate_fn`` joins from the samples' own rows (a detector's boxes,
+``torch.cat(targets, 0)`` with a column holding each box's image index in the batch: a function or a
+dataset class's method, of the file or of another module of the program) cannot be gathered: a row
+is not a sample, so the gather would drop the last batch's padding by counting rows, and joined
+indices would point at another process's images. The loaders owner keeps an evaluation loader of
+that kind unprepared instead (``model/loaders.joined_rows_loaders``): every process evaluates every
+batch, as the original does, and nothing is gathered. One that stays prepared (a training loop
+iterates it too, or another module hands it in prepared) is reported (ACC965), nothing gathered.
 """
 
 from __future__ import annotations
@@ -116,6 +125,7 @@ from accel_convert.codemods.rewrites.metrics.codes import (
     GATHERED,
     IN_BATCH_TARGETS,
     INDEXED_STORE,
+    JOINED_ROWS,
     LOCAL_BATCH_SIZE,
     MANUAL,
     MEAN_OF_BATCHES,
@@ -186,6 +196,9 @@ class MetricsCodemod(Rule):
         "ACC955": (
             "Re-order first, then gather what is compared: ``scores, targets = accelerator.gather_for_metrics((scores, y[sort_ind]))``, so positions are used within this process's batch only."
         ),
+        "ACC965": (
+            "Split the joined rows into one entry per sample inside the loop (``boxes = [targets[targets[:, 0] == i] for i in range(len(imgs))]``) and gather that list on its own as objects, ``boxes = accelerator.gather_for_metrics(boxes, use_gather_object=True)``, the outputs as they are: each sample's rows stay together and the padding is dropped by sample."
+        ),
         "ACC949": (
             'Compute the loss per sample (``reduction="none"``) and gather that, or ``reduction="sum"`` reduced across processes with ``accelerator.reduce(loss, "sum")``, and divide by the gathered sample count.'
         ),
@@ -222,6 +235,7 @@ class MetricsCodemod(Rule):
         INDEXED_STORE: "metrics-indexed-store: outputs stored at positions computed from the batch index: nothing gathered",
         IN_BATCH_TARGETS: "metrics-in-batch-targets: targets made from positions in the batch (in-batch matching): nothing gathered",
         BATCH_ORDER: "metrics-batch-order: a model output that orders this process's batch (y[sort_ind]): nothing gathered",
+        JOINED_ROWS: "metrics-joined-rows: batch values joined from the samples' own rows (a detector's boxes): nothing gathered",
         BATCH_SCALAR: "metrics-batch-scalar: a value that is one per batch and process (a loss): it cannot be gathered per sample",
         LOCAL_BATCH_SIZE: "metrics-local-batch-size: a batch size read before the gather, summed: it counts this process's samples only",
         OBJECT_LISTS: "metrics-object-lists: lists of per-sample objects (detection-style batches), not gathered",
@@ -942,6 +956,87 @@ class MetricsCodemod(Rule):
                 "n is the size of this process's batch, read before the gather: total counts this "
                 "process's samples only; count the gathered rows instead (total += len(output))"
             ),
+        ),
+        Example(
+            code=JOINED_ROWS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, Dataset
+
+
+                class Boxes(Dataset):
+                    def __len__(self):
+                        return 12
+
+                    def __getitem__(self, i):
+                        return torch.randn(8), torch.rand(i % 3 + 1, 3)
+
+                    def collate_fn(self, batch):
+                        images, boxes = zip(*batch)
+                        for i, rows in enumerate(boxes):
+                            rows[:, 0] = i
+                        return torch.stack(images), torch.cat(boxes, 0)
+
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                data = Boxes()
+                train_loader = DataLoader(data, batch_size=4, collate_fn=data.collate_fn)
+                for images, boxes in train_loader:
+                    optimizer.zero_grad()
+                    model(images).sum().backward()
+                    optimizer.step()
+
+                hits = 0
+                with torch.no_grad():
+                    for images, boxes in train_loader:
+                        scores = model(images)
+                        picked = scores.argmax(1)
+                        hits += (boxes[:, 1].long() % 2 == picked[boxes[:, 0].long()]).sum().item()
+                print(hits)
+            """,
+            message=(
+                "boxes: rows the loader's collate_fn joins from its samples' own rows (boxes with their "
+                "image's index in this process's batch), not one row per sample: a gather would drop the "
+                "padding by counting rows and join indices that point at other processes' images, so nothing "
+                "is gathered and the metrics cover this process only; split them into one entry per sample "
+                "and gather those lists as objects"
+            ),
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def collate(batch):
+                    images, labels = zip(*batch)
+                    return torch.cat([x.unsqueeze(0) for x in images]), torch.stack(labels)
+
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                data = TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,)))
+                train_loader = DataLoader(data, batch_size=8, collate_fn=collate)
+                test_loader = DataLoader(data, batch_size=8, collate_fn=collate)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        correct += (output.argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            code=JOINED_ROWS,
+            leaves_alone=True,
         ),
         Example(
             code=OBJECT_LISTS,

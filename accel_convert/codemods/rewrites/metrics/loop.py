@@ -12,9 +12,9 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.iteration import enumerate_index, iterated, iterated_name
+from accel_convert.codemods.engine.iteration import batch_target, enumerate_index, iterated, iterated_name
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import bound_by, expression_code, is_backward
+from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, root_name
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import grown_in
@@ -39,6 +39,7 @@ from accel_convert.codemods.rewrites.metrics.codes import (
     GATHERED,
     IN_BATCH_TARGETS,
     INDEXED_STORE,
+    JOINED_ROWS,
     LOCAL_BATCH_SIZE,
     MEAN_OF_BATCHES,
     NESTED_FORWARD,
@@ -191,9 +192,9 @@ class EvalLoopRewriter(RuleTransformer):
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         loop = loop_over_loader(original_node, self.facts)
         # Whether the loop evaluates is the analysis's answer, the one prepare shards by.
-        if loop is None or not self.evaluates(original_node) or self.runs_per_rank(original_node):
-            # Each process of a loop the locality owner runs per process keeps its own batches
-            # (and writes their files): nothing to gather.
+        if loop is None or not self.evaluates(original_node) or self._unsharded(original_node):
+            # Each process keeps its own batches (and writes their files), or runs every batch
+            # of a loader left unsharded: nothing to gather.
             return updated_node
         if self._over_unprepared_loader(original_node):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
@@ -262,6 +263,12 @@ class EvalLoopRewriter(RuleTransformer):
                 False,
             )
         return cst.FlattenSentinel([loop, *(summed_across_processes(name, accelerator) for name in names)])
+
+    def _unsharded(self, node: cst.For) -> bool:
+        """Each process runs the loop over its own batches (the locality owner's per-rank loops),
+        or over every batch (the loaders owner's ``unsharded_loops``): nothing to gather."""
+        site = self.origins.site(node)
+        return self.runs_per_rank(node) or (site is not None and site.line in self.facts.unsharded_loops)
 
     def _over_unprepared_loader(self, node: cst.For) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
@@ -411,6 +418,19 @@ class EvalLoopRewriter(RuleTransformer):
         if not plan.gathered:
             return None
         self._report_local_batch_sizes(original, statements, statement, batch, unpacked, plan)
+        joined = self._joined_rows(original, plan)
+        if joined:
+            self.report(
+                original,
+                JOINED_ROWS,
+                f"{', '.join(joined)}: rows the loader's collate_fn joins from its samples' own rows (boxes with "
+                "their image's index in this process's batch), not one row per sample: a gather would drop the "
+                "padding by counting rows and join indices that point at other processes' images, so nothing is "
+                "gathered and the metrics cover this process only; split them into one entry per sample and gather "
+                "those lists as objects",
+                False,
+            )
+            return None
         listed = [name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name) and name in lists]
         if listed and len(listed) != len(plan.gathered):
             # A tensor gather of a list of per-image dicts joins the i-th items of every process;
@@ -425,6 +445,21 @@ class EvalLoopRewriter(RuleTransformer):
             )
             return None
         return _LoopGather(statement, batch, unpacked, plan, recomputed, listed)
+
+    def _joined_rows(self, loop: cst.For, plan: GatherPlan) -> list[str]:
+        """The gathered names that hold a batch value the loader's collate function joins from the
+        samples' own rows (``for _, imgs, targets in loader`` of a YOLO-style collate: ``targets``),
+        where the loader stays prepared (the loaders owner's ``joined_rows_loops``)."""
+        site = self.origins.site(loop)
+        positions = self.facts.joined_rows_loops.get(site.line, frozenset()) if site is not None else frozenset()
+        target = batch_target(loop, through_any_call=True) if positions else None
+        if target is None:
+            return []
+        if isinstance(target, (cst.Tuple, cst.List)):
+            rows = {dotted(e.value) for i, e in enumerate(target.elements) if i in positions}
+        else:
+            rows = {dotted(target)} if -1 in positions else set()
+        return [name for expression, name in zip(plan.gathered, plan.names) if root_name(expression) in rows]
 
     def _python_values_reported(
         self,
