@@ -132,16 +132,9 @@ def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
 def _reached_from_main_guard(conclusions: Analysis) -> set[str]:
     """The module-level functions that its ``__main__`` block calls, directly or through them."""
     r = conclusions.r
-    calls: dict[str, set[str]] = {}
-    for call in r.calls:
-        if isinstance(call.node.func, cst.Name) and call.node.func.value in r.defs:
-            caller = "__main__" if call.in_main_guard else call.function
-            calls.setdefault(caller, set()).add(call.node.func.value)
-    found: set[str] = set()
-    pending = list(calls.get("__main__", ()))
-    while pending:
-        function = pending.pop()
-        if function not in found:
-            found.add(function)
-            pending.extend(calls.get(function, ()))
-    return found
+    called = {
+        call.node.func.value
+        for call in r.calls
+        if call.in_main_guard and isinstance(call.node.func, cst.Name) and call.node.func.value in r.defs
+    }
+    return conclusions.reachable(called) & r.defs.keys()

@@ -7,7 +7,9 @@ removed (``accelerator.clip_grad_norm_`` unscales), ``scaler.scale(loss).backwar
 blocks are dissolved into their body. An ``if use_amp: ... else: ...`` whose two branches are then the
 same collapses into one. The script's own switch is kept: ``GradScaler(enabled=args.amp)`` or
 ``if args.amp:`` give ``mixed_precision="fp16" if args.amp else "no"``. A scaler used in any other
-way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is changed.
+way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is changed. A module of a
+program that only autocasts (an evaluation helper under ``autocast(enabled=amp)``) and is handed the
+entry script's accelerator keeps its autocast as written, unreported: it computes what it computed.
 """
 
 from __future__ import annotations
@@ -326,6 +328,11 @@ class AmpCodemod(Rule):
                     node, "ACC911", f"AMP switch ({switches}) not readable where the accelerator is created", False
                 )
             return module, pending.resolve(module)
+        if precision is None and not survey.scalers and facts.home_kind == "library":
+            # A library's autocast around what it runs (an evaluation under ``autocast(enabled=amp)``)
+            # with the accelerator handed in: kept as written, it does what it did; the entry
+            # script's accelerator takes the mixed precision from its own scaler.
+            return module, []
         if precision is None:
             for node in survey.scaler_lines + survey.autocasts:
                 pending.add(node, "ACC911", "no Accelerator(...) to give mixed_precision to", False)
