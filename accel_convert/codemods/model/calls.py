@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from accel_convert.codemods.engine.names import ScopeKey
 
 
+#: The constants a name can be written as: no object a role could flow from.
+_CONSTANTS = frozenset({"None", "True", "False"})
+
+
 def pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
     """The names a target binds, each with the name it gets from ``value`` (element by element
     for tuples of the same length): ``(split, loader)`` ← ``("val", val_loader)`` gives
@@ -486,6 +490,8 @@ def _attribute_aliases(a: Analysis) -> None:
             values = [element.value for element in value.elements]
         for target, value in zip(assign.targets, values):
             peeled = constructed(value)
+            if isinstance(peeled, cst.Name) and peeled.value in _CONSTANTS:
+                continue  # ``self.model = None`` until a method builds it: no object flows in
             source = dotted(peeled) or _keyword_argument(peeled, owner, assign.scope[1])
             if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                 continue
