@@ -142,7 +142,7 @@ def lists_gathered_after(
     grown = lists_grown_in(loop.body)
     bound_inside = {name for node in nodes_in(loop) for name in bound_by(node)}
     kept = [name for name in grown if name not in bound_inside]
-    if not kept or not all(_started_empty(name, scope, loop, enclosing) for name in kept):
+    if not kept or not all(_started_empty(name, scope, loop, enclosing, builtin) for name in kept):
         return []
     allowed = {id(call.func.value) for name in kept for call in grown[name]}  # type: ignore[attr-defined]
     allowed |= {id(node) for node in body if isinstance(node, cst.Assert) for node in nodes_in(node)}
@@ -157,18 +157,12 @@ def lists_gathered_after(
     return kept
 
 
-def _started_empty(name: str, scope: cst.CSTNode, loop: cst.For, enclosing: Sequence[cst.CSTNode]) -> bool:
+def _started_empty(
+    name: str, scope: cst.CSTNode, loop: cst.For, enclosing: Sequence[cst.CSTNode], builtin: BuiltinOf
+) -> bool:
     """Whether ``scope`` binds ``name`` to an empty list outside ``loop``, inside every loop of
     ``enclosing`` that holds ``loop``."""
-    starts = [
-        node
-        for node in nodes_in(scope)
-        if isinstance(node, cst.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0].target, cst.Name)
-        and node.targets[0].target.value == name
-        and _empty_list(node.value)
-    ]
+    starts = [node for node in nodes_in(scope) if isinstance(node, cst.Assign) and _binds_empty(node, name, builtin)]
     inside_loop = {id(node) for node in nodes_in(loop)}
     starts = [start for start in starts if id(start) not in inside_loop]
     outer_loops = [node for node in enclosing if isinstance(node, (cst.For, cst.While)) and node is not loop]
@@ -177,11 +171,29 @@ def _started_empty(name: str, scope: cst.CSTNode, loop: cst.For, enclosing: Sequ
     )
 
 
-def _empty_list(value: cst.BaseExpression) -> bool:
-    """``[]`` or ``list()``."""
+def _binds_empty(node: cst.Assign, name: str, builtin: BuiltinOf) -> bool:
+    """Whether ``node`` binds ``name`` to an empty list: ``name = []``, ``name = list()``, ``a,
+    name = [], []``."""
+    for target in node.targets:
+        if isinstance(target.target, cst.Name) and target.target.value == name:
+            return _empty_list(node.value, builtin)
+        if isinstance(target.target, (cst.Tuple, cst.List)) and isinstance(node.value, (cst.Tuple, cst.List)):
+            pairs = zip(target.target.elements, node.value.elements)
+            if len(target.target.elements) == len(node.value.elements) and any(
+                isinstance(element.value, cst.Name)
+                and element.value.value == name
+                and _empty_list(value.value, builtin)
+                for element, value in pairs
+            ):
+                return True
+    return False
+
+
+def _empty_list(value: cst.BaseExpression, builtin: BuiltinOf) -> bool:
+    """``[]`` or ``list()`` (the builtin)."""
     if isinstance(value, cst.List):
         return not value.elements
-    return isinstance(value, cst.Call) and dotted(value.func) == "list" and not value.args
+    return isinstance(value, cst.Call) and builtin(value.func) == "list" and not value.args
 
 
 def _read_through(
