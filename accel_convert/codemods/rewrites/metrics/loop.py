@@ -405,17 +405,34 @@ class EvalLoopRewriter(RuleTransformer):
         """The lists to gather after ``original`` (see :func:`.object_lists.lists_gathered_after`),
         where its outputs cannot be gathered after the forward; None where there are none, or on
         ``--target accelerate``, which has no ``without_padding``: the padding of the last round
-        would be kept in the lists (the loop is reported as before)."""
-        if not self._runtime_target:
+        would be kept in the lists (the loop is reported as before, saying so)."""
+        lists = self._lists_in(original)
+        if not lists or not self._runtime_target:
             return None
+        return _KeptLists(lists, counted_names(original, self._scope()))
+
+    def _lists_in(self, original: cst.For) -> list[str]:
+        """The lists ``original`` keeps per sample, to gather after it (see
+        :func:`.object_lists.lists_gathered_after`)."""
         scope = self._scope()
-        enclosing = (
-            self._anchors[next(i for i, n in enumerate(self._anchors) if n is scope) + 1 :]
-            if scope is not self._module
-            else self._anchors
+        inside = self._anchors
+        if scope is not self._module:
+            inside = inside[next(i for i, node in enumerate(inside) if node is scope) + 1 :]
+        return lists_gathered_after(original, scope, inside, self.builtin)
+
+    def _accelerate_lists(self, original: cst.For) -> str:
+        """What a report says, on ``--target accelerate``, of the lists the runtime would gather
+        after the loop: Accelerate cannot drop the padding of the last round from them."""
+        if self._runtime_target:
+            return ""
+        lists = self._lists_in(original)
+        if not lists:
+            return ""
+        return (
+            f"; {', '.join(lists)} could be gathered after the loop as objects, but Accelerate has no way to drop "
+            "the samples that pad the last round of batches from them (converting for this project's runtime "
+            "does: accelerator.without_padding(loader))"
         )
-        lists = lists_gathered_after(original, scope, enclosing, self.builtin)
-        return _KeptLists(lists, counted_names(original, scope)) if lists else None
 
     def _lists_gathered_after(
         self, original: cst.For, loop: cst.For, kept: _KeptLists
@@ -457,7 +474,10 @@ class EvalLoopRewriter(RuleTransformer):
         lists = per_sample_lists(original, statements, batch, self._zipped_loaders, self.builtin)
         python_values = self._python_values(statement, unpacked, plan, read_after, lists)
         if python_values:
-            return self._kept_lists(original) or self._report_python_values(original, python_values)
+            kept = self._kept_lists(original)
+            if kept is None:
+                self._report_python_values(original, python_values)
+            return kept
         recomputed = _recomputed(unpacked, read_after)
         if plan.gathered:
             _gather_what_is_counted(plan, recomputed, unpacked)
@@ -519,7 +539,8 @@ class EvalLoopRewriter(RuleTransformer):
             f"{', '.join(python_values)}: a Python value made per batch (a list of lengths, a number), not a "
             "tensor with a batch dimension: gather_for_metrics cannot join it with the gathered tensors, so "
             "nothing is gathered and the metrics cover this process only; make it a tensor "
-            "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs",
+            "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs"
+            + self._accelerate_lists(original),
             False,
         )
 
@@ -555,7 +576,7 @@ class EvalLoopRewriter(RuleTransformer):
                 f"{reordered}: a model output used as positions in this process's batch (the order it sorted the "
                 "batch in); after a gather they would pick rows of the joined batch, so nothing is gathered and the "
                 "metrics cover this process only: re-order first, then gather what is compared "
-                "(accelerator.gather_for_metrics((scores, y[sort_ind])))",
+                "(accelerator.gather_for_metrics((scores, y[sort_ind])))" + self._accelerate_lists(original),
                 False,
             )
             return True

@@ -6,6 +6,7 @@ objects where they are known to be lists."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 
@@ -144,7 +145,7 @@ def lists_gathered_after(
     kept = [name for name in grown if name not in bound_inside]
     if not kept or not all(_started_empty(name, scope, loop, enclosing, builtin) for name in kept):
         return []
-    allowed = {id(call.func.value) for name in kept for call in grown[name]}  # type: ignore[attr-defined]
+    allowed = {id(cast(cst.Attribute, call.func).value) for name in kept for call in grown[name]}
     allowed |= {id(node) for node in body if isinstance(node, cst.Assert) for node in nodes_in(node)}
     if any(isinstance(node, cst.Name) and node.value in kept and id(node) not in allowed for node in body):
         return []
@@ -212,7 +213,7 @@ def _read_through(
     for name, calls in grown.items():
         sources.setdefault(name, []).extend(call.args[0].value for call in calls)
     read: set[str] = set()
-    pending = list(values)
+    pending: list[cst.CSTNode] = list(values)
     while pending:
         for name in variables_read(pending.pop()) - read:
             read.add(name)
