@@ -25,7 +25,8 @@ loop computes is lists it keeps per sample (sgrvinod's captioning ``validate()``
 ``references.append(img_captions)`` in a loop over the batch's images, ``hypotheses.extend(preds)`` of
 ``.tolist()`` values, then ``corpus_bleu(references, hypotheses)`` after the loop), the lists are
 gathered after the loop instead: the loop iterates ``accelerator.without_padding(loader)`` (each
-process's real samples once; ``skip_empty=False`` in a module that trains, see below), and each list
+process's real samples once; a batch with no real row is skipped, as no collective and no backward
+runs in the loop, and a model's code often fails on an empty batch), and each list
 becomes ``references = accelerator.gather_object(references)``, every process's list joined in
 process order. The i-th items of two lists stay a pair, and a corpus metric computed from them (a
 BLEU score) is the one-process value on every process, as is what it decides (the best epoch, early
@@ -465,7 +466,7 @@ class MetricsCodemod(Rule):
                 def validate(model, loader, accelerator):
                     references, hypotheses = [], []
                     with torch.no_grad():
-                        for x, caps, lengths in accelerator.without_padding(loader, skip_empty=False):
+                        for x, caps, lengths in accelerator.without_padding(loader):
                             scores, decode_lengths = model(x, lengths)
                             for j in range(caps.shape[0]):
                                 references.append(caps[j, 1 : lengths[j]].tolist())

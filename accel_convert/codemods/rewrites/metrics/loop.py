@@ -440,7 +440,9 @@ class EvalLoopRewriter(RuleTransformer):
         """The loop over each process's real samples, then its lists gathered as objects and its
         running sums summed."""
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
-        loop = _without_padding(loop, accelerator, skip_empty=not self.facts.backward_trains)
+        # No collective runs in the loop, and no backward: a batch with no real row is skipped (a
+        # model's code often fails on an empty batch: ``max(decode_lengths)``, packing no sequence).
+        loop = _without_padding(loop, accelerator, skip_empty=True)
         summed = f"; summed across processes: {', '.join(kept.summed)}" if kept.summed else ""
         self.report(
             original,
