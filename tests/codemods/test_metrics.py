@@ -1508,3 +1508,10 @@ def test_lists_on_the_accelerate_target_are_reported_with_why() -> None:
     assert "gather_object" not in outcome.module.code and "without_padding" not in outcome.module.code
     reported = [c.message for c in outcome.changes if c.code == "ACC946"]
     assert len(reported) == 1 and "references, hypotheses could be gathered after the loop" in reported[0]
+
+
+def test_a_loop_growing_a_list_held_elsewhere_keeps_the_report() -> None:
+    """``self.history.append(...)`` beside the kept lists: a list the rule cannot follow, so
+    nothing is gathered after the loop."""
+    converted, lines = convert(_captions(read="model.history.append(preds)"))
+    assert "#ACC946" in lines and "gather_object" not in converted

@@ -132,13 +132,13 @@ def lists_gathered_after(
       batch).
 
     A loop that stops early (``break``, ``return``) keeps nothing: the processes would stop at
-    different samples. Each process's lists then hold its real samples once (the loop iterates
+    different samples; nor one growing a list held elsewhere (``self.history.append(...)``). Each process's lists then hold its real samples once (the loop iterates
     ``accelerator.without_padding(loader)``), in the order of its batches; gathered, the lists of
     every process are joined in process order, so the i-th items of two lists stay a pair."""
     if not isinstance(loop.body, cst.IndentedBlock):
         return []
     body = list(nodes_in(loop.body))
-    if any(isinstance(node, (cst.Break, cst.Return, cst.Yield)) for node in body):
+    if any(isinstance(node, (cst.Break, cst.Return, cst.Yield)) or _grows_other_list(node) for node in body):
         return []
     grown = lists_grown_in(loop.body)
     bound_inside = {name for node in nodes_in(loop) for name in bound_by(node)}
@@ -146,7 +146,7 @@ def lists_gathered_after(
     if not kept or not all(_started_empty(name, scope, loop, enclosing, builtin) for name in kept):
         return []
     allowed = {id(cast(cst.Attribute, call.func).value) for name in kept for call in grown[name]}
-    allowed |= {id(node) for node in body if isinstance(node, cst.Assert) for node in nodes_in(node)}
+    allowed |= {id(inner) for node in body if isinstance(node, cst.Assert) for inner in nodes_in(node)}
     if any(isinstance(node, cst.Name) and node.value in kept and id(node) not in allowed for node in body):
         return []
     running = {name for summed in grown_in(loop.body) for name in names_in(summed.target)}
@@ -156,6 +156,17 @@ def lists_gathered_after(
     if unfollowed & _read_through(values, loop.body, grown) or _batch_means_kept(loop, kept):
         return []
     return kept
+
+
+def _grows_other_list(node: cst.CSTNode) -> bool:
+    """``self.history.append(...)``, ``logs["preds"].extend(...)``: a list the loop grows that is
+    not a name of its scope, whose reads the rule cannot follow."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in LIST_GROWING_METHODS
+        and not isinstance(node.func.value, cst.Name)
+    )
 
 
 def _started_empty(
