@@ -145,17 +145,27 @@ def lists_gathered_after(
     kept = [name for name in grown if name not in bound_inside]
     if not kept or not all(_started_empty(name, scope, loop, enclosing, builtin) for name in kept):
         return []
+    if _read_elsewhere(body, kept, grown) or not _followed(loop, kept, grown, builtin):
+        return []
+    return kept
+
+
+def _read_elsewhere(body: Sequence[cst.CSTNode], kept: Sequence[str], grown: dict[str, list[cst.Call]]) -> bool:
+    """Whether the loop (its nodes, ``body``) reads one of the ``kept`` lists other than where it
+    grows it or in an ``assert``."""
     allowed = {id(cast(cst.Attribute, call.func).value) for name in kept for call in grown[name]}
     allowed |= {id(inner) for node in body if isinstance(node, cst.Assert) for inner in nodes_in(node)}
-    if any(isinstance(node, cst.Name) and node.value in kept and id(node) not in allowed for node in body):
-        return []
+    return any(isinstance(node, cst.Name) and node.value in kept and id(node) not in allowed for node in body)
+
+
+def _followed(loop: cst.For, kept: Sequence[str], grown: dict[str, list[cst.Call]], builtin: BuiltinOf) -> bool:
+    """Whether the values the loop grows the ``kept`` lists with read neither the batch index, a
+    running sum nor a kept list, and none is a per-batch ``.item()``."""
     running = {name for summed in grown_in(loop.body) for name in names_in(summed.target)}
     index = enumerate_index(loop, builtin)
     unfollowed = running | set(kept) | ({index} if index is not None else set())
     values = [call.args[0].value for name in kept for call in grown[name]]
-    if unfollowed & _read_through(values, loop.body, grown) or _batch_means_kept(loop, kept):
-        return []
-    return kept
+    return not (unfollowed & _read_through(values, loop.body, grown) or _batch_means_kept(loop, kept))
 
 
 def _grows_other_list(node: cst.CSTNode) -> bool:
