@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
+
+import libcst as cst
 import pytest
 
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rewrites.metrics import MetricsCodemod
 from tests.codemods.support import HEADER, apply, assert_rewrites, code, convert, convert_text
 
@@ -1413,3 +1418,100 @@ def test_a_count_summed_before_the_forward_moves_below_the_gather() -> None:
                     correct += (out.argmax(1) == y).sum().item()
         """
     assert_rewrites(MetricsCodemod(), before, after)
+
+
+_CAPTIONS = """
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = nn.Linear(4, 30)
+
+    def forward(self, feats, caplens):
+        decode_lengths = (caplens - 1).tolist()
+        return self.out(feats).view(-1, 5, 6), decode_lengths
+
+
+def validate(loader, model, epochs):
+    model.eval()
+    BIND_OUTSIDE
+    for epoch in range(epochs):
+        BIND_INSIDE
+        with torch.no_grad():
+            for i, (feats, caps, caplens) in enumerate(loader):
+                scores, decode_lengths = model(feats, caplens)
+                for j in range(caps.shape[0]):
+                    references.append([w for w in caps[j].tolist() if w != 0])
+                preds = scores.argmax(2).tolist()
+                hypotheses.extend([p[:n] for p, n in zip(preds, decode_lengths)])
+                READ_IN_LOOP
+        print(corpus_score(references, hypotheses))
+
+
+def main():
+    model = Decoder()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 6, (8, 5)), torch.full((8,), 5)))
+    val_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 6, (8, 5)), torch.full((8,), 5)))
+    for feats, caps, caplens in train_loader:
+        optimizer.zero_grad()
+        scores, _ = model(feats, caplens)
+        nn.functional.cross_entropy(scores.flatten(0, 1), caps.flatten()).backward()
+        optimizer.step()
+    validate(val_loader, model, 2)
+"""
+
+
+def _captions(outside: str = "pass", inside: str = "references, hypotheses = [], []", read: str = "pass") -> str:
+    return _CAPTIONS.replace("BIND_OUTSIDE", outside).replace("BIND_INSIDE", inside).replace("READ_IN_LOOP", read)
+
+
+def test_lists_kept_per_sample_are_gathered_as_objects_after_the_loop() -> None:
+    """sgrvinod's captioning ``validate()``: the forward returns ``decode_lengths``, a Python list
+    (no gather after the forward can join it), and the loop keeps the references and hypotheses
+    per image. The loop runs over each process's real samples and the two lists are gathered after
+    it, joined in process order (references[i] stays hypotheses[i]'s pair); before, ACC946."""
+    converted, lines = convert(_captions())
+    loop = "for i, (feats, caps, caplens) in enumerate(accelerator.without_padding(loader)):"
+    assert loop in lines, converted
+    gathers = [
+        "references = accelerator.gather_object(references)",
+        "hypotheses = accelerator.gather_object(hypotheses)",
+    ]
+    at = lines.index(gathers[0])
+    assert lines[at : at + 2] == gathers and lines[at + 2].startswith("accelerator.print(corpus_score"), converted
+    assert "#ACC946" not in lines and "#ACC113" in lines
+    assert convert_text(converted)[0] == converted  # converted again: the same
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param({"read": "print(len(hypotheses))"}, id="read-in-the-loop"),
+        pytest.param({"outside": "references, hypotheses = [], []", "inside": "pass"}, id="kept-across-epochs"),
+        pytest.param({"read": "references.append(i)"}, id="grown-with-the-batch-index"),
+        pytest.param({"read": "break"}, id="stops-early"),
+    ],
+)
+def test_lists_that_cannot_be_followed_keep_the_report(where: dict[str, str]) -> None:
+    """Lists read while the loop runs (each process's share so far), bound once for several
+    evaluations (gathered after each, they would grow by every process's lists again), grown with
+    the batch index (each process counts its own batches), or a loop that stops early: nothing is
+    gathered, and the Python value is reported as before."""
+    converted, lines = convert(_captions(**where))
+    assert "#ACC946" in lines and "gather_object" not in converted and "without_padding" not in converted
+
+
+def test_lists_on_the_accelerate_target_are_reported_with_why() -> None:
+    """Accelerate has no way to drop the padded repeats of the last round from Python lists: the
+    loop is left as written and the report says what the runtime would gather."""
+    outcome = convert_module(cst.parse_module(HEADER + textwrap.dedent(_captions())), Options(target="accelerate"))
+    assert "gather_object" not in outcome.module.code and "without_padding" not in outcome.module.code
+    reported = [c.message for c in outcome.changes if c.code == "ACC946"]
+    assert len(reported) == 1 and "references, hypotheses could be gathered after the loop" in reported[0]
+
+
+def test_a_loop_growing_a_list_held_elsewhere_keeps_the_report() -> None:
+    """``self.history.append(...)`` beside the kept lists: a list the rule cannot follow, so
+    nothing is gathered after the loop."""
+    converted, lines = convert(_captions(read="model.history.append(preds)"))
+    assert "#ACC946" in lines and "gather_object" not in converted

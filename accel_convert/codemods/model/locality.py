@@ -58,6 +58,7 @@ from accel_convert.codemods.engine.torch_names import (
     COLLECTIVE_ACCELERATOR_METHODS,
     ENDLESS_COUNTERS,
     LIBRARY_OS_ERRORS,
+    LIST_GROWING_METHODS,
     MEAN_LOSSES,
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
@@ -421,6 +422,29 @@ def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
     return [
         grown for node in nodes_in(body) if (grown := node if type(node) is cst.AugAssign else written_out_sum(node))
     ]
+
+
+def lists_grown_in(body: cst.CSTNode) -> dict[str, list[cst.Call]]:
+    """The names ``body`` (a loop's) grows as lists, each with its growing calls
+    (``references.append(caption)``, ``hypotheses.extend(preds)``: per batch, or per sample in a
+    loop over the batch's rows): in a loop over this process's shard, its samples only. The one
+    reading of a loop's lists: the metrics rule gathers them after an evaluation loop."""
+    found: dict[str, list[cst.Call]] = {}
+    pending: list[cst.CSTNode] = [body]
+    while pending:  # in source order: the lists in the order the loop first grows them
+        node = pending.pop()
+        pending.extend(reversed(child_nodes(node)))
+        if (
+            type(node) is cst.Call
+            and type(node.func) is cst.Attribute
+            and node.func.attr.value in LIST_GROWING_METHODS
+            and type(node.func.value) is cst.Name
+            and len(node.args) == 1
+            and node.args[0].keyword is None
+            and not node.args[0].star
+        ):
+            found.setdefault(node.func.value.value, []).append(node)
+    return found
 
 
 def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:

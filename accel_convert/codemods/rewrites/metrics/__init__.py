@@ -20,6 +20,25 @@ written and reported (ACC946). So is a loop (ACC955) that indexes the batch with
 (``allcaps[sort_ind]``, the order a captioning decoder sorted its batch in): positions in one
 process's batch would pick rows of the joined batch.
 
+Where the outputs cannot be gathered after the forward for one of those two reasons, and what the
+loop computes is lists it keeps per sample (sgrvinod's captioning ``validate()``:
+``references.append(img_captions)`` in a loop over the batch's images, ``hypotheses.extend(preds)`` of
+``.tolist()`` values, then ``corpus_bleu(references, hypotheses)`` after the loop), the lists are
+gathered after the loop instead: the loop iterates ``accelerator.without_padding(loader)`` (each
+process's real samples once; a batch with no real row is skipped, as no collective and no backward
+runs in the loop, and a model's code often fails on an empty batch), and each list
+becomes ``references = accelerator.gather_object(references)``, every process's list joined in
+process order. The i-th items of two lists stay a pair, and a corpus metric computed from them (a
+BLEU score) is the one-process value on every process, as is what it decides (the best epoch, early
+stopping). Running sums in the same loop are summed across processes after it. The lists must be
+bound empty before the loop (within any loop around it: each evaluation starts them afresh), read in
+it only where they grow (or in an ``assert``), and grown with values made from the batch, the model's
+outputs and names the loop does not change (through its assignments and lists of its own). Lists
+read while the loop runs, bound once for several evaluations, grown with the batch index, a running
+sum or a per-batch ``.item()``, or a loop that stops early (``break``) keep the report. With
+``--target accelerate``, which cannot drop the padding of the last round from Python lists, the loop
+is reported as before, saying which lists the runtime would gather.
+
 Model outputs read through attributes (``outputs.logits``) or batches read by key
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
@@ -390,7 +409,180 @@ class MetricsCodemod(Rule):
             """,
         ),
         Example(
-            # decode_lengths is a Python list the model's forward makes: left as written, reported.
+            # The forward returns a Python list (decode_lengths), and what the loop computes is
+            # two lists kept per sample, read after it: the loop runs over each process's real
+            # samples, and the lists are gathered as objects after it, in process order.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Captioner(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 5 * 6)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = (lengths - 1).tolist()
+                        return self.linear(x).view(-1, 5, 6), decode_lengths
+
+
+                def validate(model, loader):
+                    references, hypotheses = [], []
+                    with torch.no_grad():
+                        for x, caps, lengths in loader:
+                            scores, decode_lengths = model(x, lengths)
+                            for j in range(caps.shape[0]):
+                                references.append(caps[j, 1 : lengths[j]].tolist())
+                            preds = scores.argmax(2).tolist()
+                            hypotheses.extend([p[:n] for p, n in zip(preds, decode_lengths)])
+                    matched = sum(len(set(r) & set(h)) for r, h in zip(references, hypotheses))
+                    return matched / sum(len(h) for h in hypotheses)
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 6, (64, 5)), torch.randint(2, 6, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 6, (20, 5)), torch.randint(2, 6, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Captioner()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, caps, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        nn.functional.cross_entropy(scores.flatten(0, 1), caps.flatten()).backward()
+                        optimizer.step()
+                    model.eval()
+                    print(f"overlap {validate(model, test_loader):.3f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Captioner(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 5 * 6)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = (lengths - 1).tolist()
+                        return self.linear(x).view(-1, 5, 6), decode_lengths
+
+
+                def validate(model, loader, accelerator):
+                    references, hypotheses = [], []
+                    with torch.no_grad():
+                        for x, caps, lengths in accelerator.without_padding(loader):
+                            scores, decode_lengths = model(x, lengths)
+                            for j in range(caps.shape[0]):
+                                references.append(caps[j, 1 : lengths[j]].tolist())
+                            preds = scores.argmax(2).tolist()
+                            hypotheses.extend([p[:n] for p, n in zip(preds, decode_lengths)])
+                        references = accelerator.gather_object(references)
+                        hypotheses = accelerator.gather_object(hypotheses)
+                    matched = sum(len(set(r) & set(h)) for r, h in zip(references, hypotheses))
+                    return matched / sum(len(h) for h in hypotheses)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 6, (64, 5)), torch.randint(2, 6, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 6, (20, 5)), torch.randint(2, 6, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Captioner()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for x, caps, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        accelerator.backward(nn.functional.cross_entropy(scores.flatten(0, 1), caps.flatten()))
+                        optimizer.step()
+                    model.eval()
+                    accelerator.print(f"overlap {validate(model, test_loader, accelerator):.3f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            # The same on --target accelerate: it cannot drop the padding of the last round from
+            # Python lists, so the loop is left as written and reported.
+            code=PYTHON_VALUE,
+            target="accelerate",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Captioner(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 5 * 6)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = (lengths - 1).tolist()
+                        return self.linear(x).view(-1, 5, 6), decode_lengths
+
+
+                def validate(model, loader):
+                    references, hypotheses = [], []
+                    with torch.no_grad():
+                        for x, caps, lengths in loader:
+                            scores, decode_lengths = model(x, lengths)
+                            for j in range(caps.shape[0]):
+                                references.append(caps[j, 1 : lengths[j]].tolist())
+                            preds = scores.argmax(2).tolist()
+                            hypotheses.extend([p[:n] for p, n in zip(preds, decode_lengths)])
+                    matched = sum(len(set(r) & set(h)) for r, h in zip(references, hypotheses))
+                    return matched / sum(len(h) for h in hypotheses)
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 6, (64, 5)), torch.randint(2, 6, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 6, (20, 5)), torch.randint(2, 6, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Captioner()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, caps, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        nn.functional.cross_entropy(scores.flatten(0, 1), caps.flatten()).backward()
+                        optimizer.step()
+                    model.eval()
+                    print(f"overlap {validate(model, test_loader):.3f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=(
+                "decode_lengths: a Python value made per batch (a list of lengths, a number), not a tensor with a "
+                "batch dimension: gather_for_metrics cannot join it with the gathered tensors, so nothing is "
+                "gathered and the metrics cover this process only; make it a tensor "
+                "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs; references, "
+                "hypotheses could be gathered after the loop as objects, but Accelerate has no way to drop the "
+                "samples that pad the last round of batches from them (converting for this project's runtime "
+                "does: accelerator.without_padding(loader))"
+            ),
+        ),
+        Example(
+            # decode_lengths is a Python list the model's forward makes, and the loop counts in
+            # Python sums, not lists it could gather after the loop: left as written, reported.
             code=PYTHON_VALUE,
             before="""
                 import torch

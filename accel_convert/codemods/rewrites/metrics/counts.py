@@ -11,19 +11,24 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.names import BuiltinOf
-from accel_convert.codemods.engine.syntax import nodes_in
+from accel_convert.codemods.engine.syntax import bound_by, nodes_in
 from accel_convert.codemods.model.locality import adds_up
 
 
 def counted_names(loop: cst.For, scope: cst.CSTNode) -> list[str]:
     """Names the loop adds to with ``name += ...`` that ``scope`` (the function or module holding
-    the loop) does not sum across processes already (a script converted before)."""
+    the loop) does not sum across processes already (a script converted before). Not a value the
+    loop binds afresh each batch (``loss = criterion(...)`` then ``loss += penalty``): no running
+    sum."""
     found: list[str] = []
+    rebound: set[str] = set()
     for node in nodes_in(loop.body):
         summed = adds_up(node)
         if summed is not None and isinstance(summed.target, cst.Name) and summed.target.value not in found:
             found.append(summed.target.value)
-    return [name for name in found if name not in _summed_already(scope)]
+        elif summed is None and isinstance(node, (cst.Assign, cst.AnnAssign, cst.For)):
+            rebound.update(bound_by(node))
+    return [name for name in found if name not in _summed_already(scope) and name not in rebound]
 
 
 def _summed_already(scope: cst.CSTNode) -> set[str]:

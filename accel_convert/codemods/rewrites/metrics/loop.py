@@ -74,7 +74,9 @@ from accel_convert.codemods.rewrites.metrics.layouts import (
 from accel_convert.codemods.rewrites.metrics.loaders import gathers_padded_sequences
 from accel_convert.codemods.rewrites.metrics.nodes import LazyNames, contains
 from accel_convert.codemods.rewrites.metrics.object_lists import (
+    gather_object_statement,
     gather_objects_statement,
+    lists_gathered_after,
     maybe_objects,
     per_sample_lists,
 )
@@ -105,6 +107,16 @@ class _LoopGather:
     recomputed: list[Recomputed]
     #: Names gathered as lists of objects, each on its own (empty: a tensor gather).
     object_lists: list[str]
+
+
+@dataclass(eq=False, repr=False)
+class _KeptLists:
+    """An evaluation loop whose outputs cannot be gathered after its forward, and whose results are
+    lists it keeps per sample (see :func:`.object_lists.lists_gathered_after`): it runs over each
+    process's real samples, and the lists (and any running sums) are joined after it."""
+
+    lists: list[str]
+    summed: list[str]
 
 
 class EvalLoopRewriter(RuleTransformer):
@@ -227,18 +239,24 @@ class EvalLoopRewriter(RuleTransformer):
                 False,
             )
             return updated_node
+        if contains(original_node.iter, _without_padding_call, cst.Call):
+            return updated_node  # converted already: its lists are gathered after it
         return self._gather_in_loop(original_node, updated_node, loop)
 
     def _trains(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is a backward call that trains (see ``training_backward_sites``)."""
         return is_backward(node) and self.facts.origins.site(node) in self.facts.training_backward_sites
 
+    def _scope(self) -> cst.CSTNode:
+        """The function holding the node being visited, or the module."""
+        return next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), self._module)
+
     def _counts_summed(
         self, original: cst.For, loop: cst.For
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         """An evaluation taking gradients for its inputs (see :mod:`.counts`): its counts are
         summed over the processes after the loop."""
-        scope = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), self._module)
+        scope = self._scope()
         names = counted_names(loop, scope)
         if not names or not self.accelerator_reachable():
             return loop
@@ -300,7 +318,9 @@ class EvalLoopRewriter(RuleTransformer):
 
     # ---- one loop -------------------------------------------------------------------------
 
-    def _gather_in_loop(self, original: cst.For, loop: cst.For, batch: tuple[str, ...]) -> cst.For:
+    def _gather_in_loop(
+        self, original: cst.For, loop: cst.For, batch: tuple[str, ...]
+    ) -> cst.For | cst.FlattenSentinel[cst.BaseStatement]:
         if not isinstance(loop.body, cst.IndentedBlock):
             return loop
         loop, forward = self._forward_in(loop, batch)
@@ -311,6 +331,8 @@ class EvalLoopRewriter(RuleTransformer):
         gather = self._what_to_gather(original, body.body, forward, batch)
         if gather is None:
             return loop
+        if isinstance(gather, _KeptLists):
+            return self._lists_gathered_after(original, loop, gather)
         new_body = self._write_gather(original, body.body, gather)
         self._report_gathered(original, gather.plan)
         return loop.with_changes(body=body.with_changes(body=new_body))
@@ -386,11 +408,69 @@ class EvalLoopRewriter(RuleTransformer):
                 False,
             )
 
+    def _kept_lists(self, original: cst.For) -> _KeptLists | None:
+        """The lists to gather after ``original`` (see :func:`.object_lists.lists_gathered_after`),
+        where its outputs cannot be gathered after the forward; None where there are none, or on
+        ``--target accelerate``, which has no ``without_padding``: the padding of the last round
+        would be kept in the lists (the loop is reported as before, saying so)."""
+        lists = self._lists_in(original)
+        if not lists or not self._runtime_target:
+            return None
+        return _KeptLists(lists, counted_names(original, self._scope()))
+
+    def _lists_in(self, original: cst.For) -> list[str]:
+        """The lists ``original`` keeps per sample, to gather after it (see
+        :func:`.object_lists.lists_gathered_after`)."""
+        scope = self._scope()
+        inside = self._anchors
+        if scope is not self._module:
+            inside = inside[next(i for i, node in enumerate(inside) if node is scope) + 1 :]
+        return lists_gathered_after(original, scope, inside, self.builtin)
+
+    def _accelerate_lists(self, original: cst.For) -> str:
+        """What a report says, on ``--target accelerate``, of the lists the runtime would gather
+        after the loop: Accelerate cannot drop the padding of the last round from them."""
+        if self._runtime_target:
+            return ""
+        lists = self._lists_in(original)
+        if not lists:
+            return ""
+        return (
+            f"; {', '.join(lists)} could be gathered after the loop as objects, but Accelerate has no way to drop "
+            "the samples that pad the last round of batches from them (converting for this project's runtime "
+            "does: accelerator.without_padding(loader))"
+        )
+
+    def _lists_gathered_after(
+        self, original: cst.For, loop: cst.For, kept: _KeptLists
+    ) -> cst.FlattenSentinel[cst.BaseStatement]:
+        """The loop over each process's real samples, then its lists gathered as objects and its
+        running sums summed."""
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        # No collective runs in the loop, and no backward: a batch with no real row is skipped (a
+        # model's code often fails on an empty batch: ``max(decode_lengths)``, packing no sequence).
+        loop = _without_padding(loop, accelerator, skip_empty=True)
+        summed = f"; summed across processes: {', '.join(kept.summed)}" if kept.summed else ""
+        self.report(
+            original,
+            GATHERED,
+            f"lists gathered across processes after the loop: {', '.join(kept.lists)}{summed} (each process's "
+            "batches without the padding of the last round)",
+        )
+        return cst.FlattenSentinel(
+            [
+                loop,
+                *(gather_object_statement(name, accelerator) for name in kept.lists),
+                *(summed_across_processes(name, accelerator) for name in kept.summed),
+            ]
+        )
+
     def _what_to_gather(
         self, original: cst.For, statements: Sequence[cst.BaseStatement], forward: Forward, batch: tuple[str, ...]
-    ) -> _LoopGather | None:
-        """The gather to write after the forward; None (reported where the script must change)
-        when nothing can be gathered."""
+    ) -> _LoopGather | _KeptLists | None:
+        """The gather to write after the forward, or the lists to gather after the loop where its
+        outputs cannot be gathered; None (reported where the script must change) when nothing can
+        be gathered."""
         statement, outputs = forward
         # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
         # too, and what the outputs are compared with must be gathered with them.
@@ -401,11 +481,19 @@ class EvalLoopRewriter(RuleTransformer):
         # A sum moved below the gather (``total += b_size``) reads the values computed again there.
         read_after = variables_read(*after, *(line for line, _ in unpacked.summed_counts.values()))
         lists = per_sample_lists(original, statements, batch, self._zipped_loaders, self.builtin)
-        if self._python_values_reported(original, statement, unpacked, plan, read_after, lists):
-            return None
+        python_values = self._python_values(statement, unpacked, plan, read_after, lists)
+        if python_values:
+            kept = self._kept_lists(original)
+            if kept is None:
+                self._report_python_values(original, python_values)
+            return kept
         recomputed = _recomputed(unpacked, read_after)
         if plan.gathered:
             _gather_what_is_counted(plan, recomputed, unpacked)
+        if self._reordered(statement, statements, plan, batch) is not None:
+            kept = self._kept_lists(original)
+            if kept is not None:
+                return kept
         if self._batch_read_otherwise(original, statement, statements, plan, batch):
             return None
         for scalar in plan.batch_scalars:
@@ -461,34 +549,37 @@ class EvalLoopRewriter(RuleTransformer):
             rows = {dotted(target)} if -1 in positions else set()
         return [name for expression, name in zip(plan.gathered, plan.names) if root_name(expression) in rows]
 
-    def _python_values_reported(
+    def _python_values(
         self,
-        original: cst.For,
         forward: cst.SimpleStatementLine,
         unpacked: Unpacked,
         plan: GatherPlan,
         read_after: set[str],
         lists: set[str],
-    ) -> bool:
+    ) -> list[str]:
         """A Python list (or number) with one entry per sample of this process (``decode_lengths``
         from the forward, ``lengths = caplens.tolist()``) read after the forward: a tensor gather
         cannot join it, and gathering the tensors without it would pair every process's rows with
-        this process's entries. Nothing is gathered; the script must make it a tensor. Lists of
-        per-sample objects (detection) are gathered as objects instead."""
+        this process's entries. Lists of per-sample objects (detection) are gathered as objects
+        instead; none where nothing is gathered."""
         candidates = [*unpacked.python_values, *python_values_bound(forward, self._layouts)]
         python_values = [name for name in dict.fromkeys(candidates) if name in read_after and name not in lists]
-        if not (python_values and plan.gathered):
-            return False
+        return python_values if plan.gathered else []
+
+    def _report_python_values(self, original: cst.For, python_values: list[str]) -> None:
+        """Nothing is gathered where a Python value per sample is read after the forward (see
+        :meth:`_python_values`) and the loop keeps no lists to gather after it: the script must
+        make it a tensor."""
         self.report(
             original,
             PYTHON_VALUE,
             f"{', '.join(python_values)}: a Python value made per batch (a list of lengths, a number), not a "
             "tensor with a batch dimension: gather_for_metrics cannot join it with the gathered tensors, so "
             "nothing is gathered and the metrics cover this process only; make it a tensor "
-            "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs",
+            "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs"
+            + self._accelerate_lists(original),
             False,
         )
-        return True
 
     def _batch_read_otherwise(
         self,
@@ -512,10 +603,8 @@ class EvalLoopRewriter(RuleTransformer):
                 False,
             )
             return True
-        after = statements_after(statements, forward)
-        outputs = {name for line in forward.body for name in bound_by(line)}
-        reordered = indexed_by_outputs(after, outputs, set(plan.names) | set(batch))
-        if reordered is not None and plan.gathered:
+        reordered = self._reordered(forward, statements, plan, batch)
+        if reordered is not None:
             # ``allcaps[sort_ind]``: after the gather the positions of one process's batch would
             # pick rows of the joined batch.
             self.report(
@@ -524,10 +613,11 @@ class EvalLoopRewriter(RuleTransformer):
                 f"{reordered}: a model output used as positions in this process's batch (the order it sorted the "
                 "batch in); after a gather they would pick rows of the joined batch, so nothing is gathered and the "
                 "metrics cover this process only: re-order first, then gather what is compared "
-                "(accelerator.gather_for_metrics((scores, y[sort_ind])))",
+                "(accelerator.gather_for_metrics((scores, y[sort_ind])))" + self._accelerate_lists(original),
                 False,
             )
             return True
+        after = statements_after(statements, forward)
         positions = batch_positions(after, set(plan.names) | set(batch), self.facts)
         stored = stored_by_batch_index(after, enumerate_index(original, self.builtin), set(plan.names))
         if stored is not None and plan.gathered:
@@ -559,6 +649,21 @@ class EvalLoopRewriter(RuleTransformer):
             )
             return True
         return False
+
+    def _reordered(
+        self,
+        forward: cst.SimpleStatementLine,
+        statements: Sequence[cst.BaseStatement],
+        plan: GatherPlan,
+        batch: tuple[str, ...],
+    ) -> str | None:
+        """``allcaps[sort_ind]`` after the forward: a model output used as positions in this
+        process's batch, which a gather would make positions in the joined batch; None where the
+        loop has none (or nothing is gathered)."""
+        if not plan.gathered:
+            return None
+        outputs = {name for line in forward.body for name in bound_by(line)}
+        return indexed_by_outputs(statements_after(statements, forward), outputs, set(plan.names) | set(batch))
 
     def _report_local_batch_sizes(
         self,
@@ -689,3 +794,13 @@ def _gather_what_is_counted(plan: GatherPlan, recomputed: list[Recomputed], unpa
             plan.gathered.append(cst.Name(tensor))
             plan.names.append(tensor)
             whole.add(tensor)
+
+
+def _without_padding_call(node: cst.CSTNode) -> bool:
+    """``accelerator.without_padding(loader)`` (or ``self.accelerator...``): a loop converted
+    already."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "without_padding"
+    )
