@@ -164,6 +164,45 @@ def test_one_file_loads_only_what_its_run_needs(tmp_path: Path, arguments: list[
     assert f"LOADED {loaded}\n" in result.stderr.decode(), result.stderr.decode()
 
 
+#: Runs the command with every parse of TOML counted (a file by ``load``, a text by ``loads``;
+#: Python 3.10's parser is tomli), and says at exit how many there were.
+TOML_PROBE = """
+import atexit, runpy, sys
+try:
+    import tomllib as toml
+except ImportError:
+    import tomli as toml
+parses = []
+def counted(parse):
+    return lambda *args, **options: parses.append(1) or parse(*args, **options)
+toml.load, toml.loads = counted(toml.load), counted(toml.loads)
+atexit.register(lambda: sys.__stderr__.write(f"\\nTOML PARSES {len(parses)}\\n"))
+sys.argv = ["accel-convert", *sys.argv[1:]]
+runpy.run_module("accel_convert.converter", run_name="__main__")
+"""
+
+
+def test_one_file_parses_its_projects_pyproject_once(tmp_path: Path) -> None:
+    """The project's pyproject.toml answers four questions of a one-file run (this command's
+    table, black's, the line length, the import sorting): its text is parsed once, and every
+    answer still comes from it (issue 41: the whole process on one file)."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.accel-convert]\ntarget = "accelerate"\n\n[tool.ruff]\nline-length = 100\n', encoding="utf-8"
+    )
+    (tmp_path / "train.py").write_bytes(SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "-c", TOML_PROBE, "-q", "train.py"],
+        capture_output=True,
+        cwd=tmp_path,
+        env=base_env(),
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"from accelerate import Accelerator" in result.stdout  # the command's own table was read
+    assert "TOML PARSES 1\n" in result.stderr.decode(), result.stderr.decode()
+
+
 @pytest.mark.parametrize("collecting", [True, False])
 def test_importing_the_command_leaves_the_collector_as_it_found_it(collecting: bool) -> None:
     """The collector is off while the command's modules load (start-up), and as it was after."""

@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 TABLE = "accel-convert"
@@ -69,20 +71,39 @@ def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file, turning every failure into one ConfigError line."""
-    # Imported only once a pyproject.toml is found: the import compiles a dozen patterns.
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10: the same parser, published as tomli (a dependency there)
-        import tomli as tomllib
+    """Parse a TOML file, turning every failure into one ConfigError line.
 
+    A run asks the project's pyproject.toml four things (this command's table, black's, the
+    line length, the import sorting): the file is read each time, and its text parsed once
+    (the pure-Python parser takes about a millisecond for a 6 KB file). The tables returned are
+    shared between those readers: read them, never change them.
+    """
+    toml = _toml()
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as error:
+            return _parsed_toml(handle.read())
+    except toml.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+
+
+@lru_cache(maxsize=4)
+def _parsed_toml(content: bytes) -> dict[str, Any]:
+    """The tables of a TOML file's ``content`` (what ``tomllib.load`` makes of the same bytes)."""
+    return _toml().loads(content.decode())
+
+
+def _toml() -> ModuleType:
+    """The TOML parser, imported only once a pyproject.toml is found (the import compiles a
+    dozen patterns): ``tomllib``, published as ``tomli`` for Python 3.10 (a dependency there)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib
+    import tomli
+
+    return tomli
 
 
 def validated(path: Path, table: dict[str, Any]) -> dict[str, Any]:

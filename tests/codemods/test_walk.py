@@ -282,3 +282,26 @@ def test_types_leading_to_a_statement_leave_out_expressions() -> None:
     assert not leading & {cst.Call, cst.Lambda, cst.SimpleStatementLine, cst.Name}
     # A call can stand under a lambda's body, a decorator, a default value: all lead to it.
     assert {cst.Lambda, cst.Decorator, cst.Param, cst.SimpleStatementLine} <= walk_module.types_leading_to({cst.Call})
+
+
+def test_types_leading_to_several_types_are_those_leading_to_each() -> None:
+    """Asked of several types at once, the types leading to any of them (each type's are found
+    once per run and kept)."""
+    each = walk_module.types_leading_to({cst.FunctionDef}) | walk_module.types_leading_to({cst.Comma})
+    assert walk_module.types_leading_to({cst.FunctionDef, cst.Comma}) == each  # trivia leads nowhere
+    both = walk_module.types_leading_to({cst.FunctionDef}) | walk_module.types_leading_to({cst.Call})
+    assert walk_module.types_leading_to({cst.FunctionDef, cst.Call}) == both
+    assert walk_module.types_leading_to(set()) == frozenset()
+
+
+class _FieldHookOnATrivia(cst.CSTVisitor):
+    def visit_Comma_whitespace_after(self, node: cst.Comma) -> None:
+        pass
+
+
+def test_only_a_method_named_for_a_trivia_type_wants_trivia() -> None:
+    """The walk and the transformers ask one question (``walk.wants_trivia``): a ``visit_``/
+    ``leave_`` method named for a whitespace or token type, not a field hook on one."""
+    assert walk_module.wants_trivia(_Comments)
+    assert not walk_module.wants_trivia(_Statements)
+    assert not walk_module.wants_trivia(_FieldHookOnATrivia)

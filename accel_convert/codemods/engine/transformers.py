@@ -38,7 +38,15 @@ from accel_convert.codemods.engine.syntax import (
     is_main_guard,
     parameter_names,
 )
-from accel_convert.codemods.engine.walk import SUBSTANCE, TRIVIA, child_nodes, hooked_types, own_hooks, types_leading_to
+from accel_convert.codemods.engine.walk import (
+    SUBSTANCE,
+    TRIVIA,
+    child_nodes,
+    hooked_types,
+    own_hooks,
+    types_leading_to,
+    wants_trivia,
+)
 from accel_convert.codemods.model.locality import RankReach, locality_of
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
@@ -72,7 +80,7 @@ class TargetedTransformer(cst.CSTTransformer):
         #: While libcst rebuilds a node whose children changed: the node, and each child's result
         #: by the child's identity (a list: one object may stand at two places).
         self._replay: tuple[cst.CSTNode, dict[int, list[Any]]] | None = None
-        self._libcst_walk = _wants_trivia(type(self))
+        self._libcst_walk = wants_trivia(type(self))
         self._entered_types = _entered_types(type(self))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -190,21 +198,6 @@ def _entered_types(transformer_type: type) -> frozenset[type]:
 
 
 _ENTERED: dict[type, frozenset[type]] = {}
-
-
-def _wants_trivia(transformer_type: type) -> bool:
-    """Whether a transformer has a hook for a whitespace or token type, which the walk that
-    skips them would never call: such a transformer is walked by libcst."""
-    wants = _WANTS_TRIVIA.get(transformer_type)
-    if wants is None:
-        hooks = own_hooks(transformer_type)
-        wants = _WANTS_TRIVIA[transformer_type] = any(
-            f"{hook}_{trivia.__name__}" in hooks for trivia in TRIVIA for hook in ("visit", "leave")
-        )
-    return wants
-
-
-_WANTS_TRIVIA: dict[type, bool] = {}
 
 
 #: Transformer class → node class → (its own visit hook, its own leave hook), None where only

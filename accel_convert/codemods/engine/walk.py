@@ -212,6 +212,7 @@ TRIVIA = concrete_subclasses(
 )
 #: What the walks enter by default: every node type but the trivia.
 SUBSTANCE = NODE_TYPES - TRIVIA
+_TRIVIA_NAMES = frozenset(kind.__name__ for kind in TRIVIA)
 
 #: Visitor class → node class → plan.
 _plans: dict[type, dict[type, _Plan]] = {}
@@ -227,13 +228,14 @@ def _make_plan(visitor_type: type[cst.CSTVisitor], node: cst.CSTNode) -> _Plan:
     kind = type(node).__name__
     plan = []
     every_field = _node_types_walked(visitor_type) is NODE_TYPES
+    field_hooked = kind in _field_hooked_names(visitor_type)
     for name in _child_fields(node, with_trivia=every_field):
         visit_hook, leave_hook = f"visit_{kind}_{name}", f"leave_{kind}_{name}"
         plan.append(
             (
                 name,
-                visit_hook if _own_method(visitor_type, visit_hook) else None,
-                leave_hook if _own_method(visitor_type, leave_hook) else None,
+                visit_hook if field_hooked and _own_method(visitor_type, visit_hook) else None,
+                leave_hook if field_hooked and _own_method(visitor_type, leave_hook) else None,
             )
         )
     enter: object = _DISPATCH
@@ -254,12 +256,7 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
     statements never enters an expression), unless it is called for every node (``on_visit``)."""
     walked = _walked_types.get(visitor_type)
     if walked is None:
-        wants_trivia = any(
-            _own_method(visitor_type, f"{hook}_{trivia.__name__}") is not None
-            for trivia in TRIVIA
-            for hook in ("visit", "leave")
-        )
-        if wants_trivia:
+        if wants_trivia(visitor_type):
             walked = NODE_TYPES
         elif _dispatches_every_node(visitor_type):
             walked = SUBSTANCE
@@ -267,6 +264,26 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
             walked = types_leading_to(hooked_types(visitor_type) | set(getattr(visitor_type, "collected_types", ())))
         _walked_types[visitor_type] = walked
     return walked
+
+
+def wants_trivia(visitor_type: type) -> bool:
+    """Whether a visitor or transformer has a ``visit_``/``leave_`` method for a :data:`TRIVIA`
+    type (``visit_Comma``), which a walk that skips them would never call."""
+    return any(name.partition("_")[2] in _TRIVIA_NAMES for name in own_hooks(visitor_type))
+
+
+def _field_hooked_names(visitor_type: type) -> frozenset[str]:
+    """The names of the node types a visitor has a per-field hook for (``visit_Call_func``:
+    ``"Call"``); a plan for any other type looks no field hook up."""
+    names = _field_hooked_by_type.get(visitor_type)
+    if names is None:
+        names = _field_hooked_by_type[visitor_type] = frozenset(
+            name.split("_")[1] for name in own_hooks(visitor_type) if name.count("_") > 1
+        )
+    return names
+
+
+_field_hooked_by_type: dict[type, frozenset[str]] = {}
 
 
 def _dispatches_every_node(visitor_type: type) -> bool:
@@ -291,17 +308,27 @@ def types_leading_to(wanted: AbstractSet[type]) -> frozenset[type]:
     """The substance node types a node of ``wanted`` types can stand under (or be): a walk for
     those types needs to enter no others. Read from the types libcst declares for each field
     (``tests/codemods/test_walk.py`` checks every fixture's tree against them)."""
-    parents = _parent_types()
-    found = set(wanted) & SUBSTANCE
-    pending = list(found)
-    while pending:
-        for parent in parents.get(pending.pop(), ()):
-            if parent not in found:
-                found.add(parent)
-                pending.append(parent)
-    return frozenset(found)
+    return frozenset().union(*(_types_leading_to_one(kind) for kind in wanted if kind in SUBSTANCE))
 
 
+def _types_leading_to_one(wanted: type) -> frozenset[type]:
+    """:func:`types_leading_to` of one substance type, found once per type (the walks of a run
+    ask it about the same few dozen types: calls, names, assignments, statements)."""
+    found = _leading_to.get(wanted)
+    if found is None:
+        parents = _parent_types()
+        reached = {wanted}
+        pending = [wanted]
+        while pending:
+            for parent in parents.get(pending.pop(), ()):
+                if parent not in reached:
+                    reached.add(parent)
+                    pending.append(parent)
+        found = _leading_to[wanted] = frozenset(reached)
+    return found
+
+
+_leading_to: dict[type, frozenset[type]] = {}
 _parents: dict[type, set[type]] = {}
 
 
