@@ -347,6 +347,11 @@ TRACKER_FUNCTIONS = frozenset(
         "mlflow.set_tags",
         "mlflow.end_run",
         "mlflow.pytorch.log_model",
+        # tensorboard_logger's default logger: ``configure(logdir)`` starts an event file.
+        "tensorboard_logger.configure",
+        "tensorboard_logger.log_value",
+        "tensorboard_logger.log_histogram",
+        "tensorboard_logger.log_images",
     }
 )
 #: The run state a tracker's module keeps (``config = wandb.config``, ``wandb.config.lr``,
@@ -362,6 +367,11 @@ TRACKER_CONSTRUCTORS = frozenset(
         "torch.utils.tensorboard.writer.SummaryWriter",
         "tensorboardX.SummaryWriter",
         "wandb.init",
+        "tensorboard_logger.Logger",
+        "visdom.Visdom",
+        "comet_ml.Experiment",
+        "neptune.init_run",
+        "aim.Run",
     }
 )
 #: Functions joining the parts of a path given (``os.path.join(workdir, "last.pt")``).

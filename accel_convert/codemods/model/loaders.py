@@ -488,7 +488,15 @@ def _dict_entry(a: Analysis, name: str, key: str) -> str | None:
 
 
 @provider(
-    needs=("loader_factories", "loader_loops", "train_loaders", "eval_loaders", "eval_loops", "unsharded_loaders"),
+    needs=(
+        "loader_factories",
+        "loader_classes",
+        "loader_loops",
+        "train_loaders",
+        "eval_loaders",
+        "eval_loops",
+        "unsharded_loaders",
+    ),
     provides=("joined_rows_factories", "joined_rows_loops", "unsharded_loops"),
     refines=("unsharded_loaders", "eval_loaders", "loaders_left_unsharded"),
 )

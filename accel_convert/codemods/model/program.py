@@ -38,6 +38,7 @@ def imported_loader_factories(a: Analysis) -> None:
 
 
 @provider(
+    needs=("call_graph",),
     refines=(
         "models",
         "optimizers",
@@ -47,7 +48,7 @@ def imported_loader_factories(a: Analysis) -> None:
         "cuda_flags",
         "prepared",
         "frozen_models",
-    )
+    ),
 )
 def parameter_roles(a: Analysis) -> None:
     """Parameters filled by callers in other modules take the role of what they receive."""

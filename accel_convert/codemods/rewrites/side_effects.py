@@ -7,7 +7,12 @@ statements are put under ``if accelerator.is_main_process:``; a tracker object i
 main process only (``writer = SummaryWriter(...) if accelerator.is_main_process else None``, so
 that passing it on still works everywhere) and its logging calls are guarded. Creating an output folder is guarded the same
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
-before it exists. Where the accelerator is not reachable the write is reported (ACC916).
+before it exists. A write on one line with its ``if`` or ``for`` (``if not os.path.exists(d):
+os.makedirs(d)``, ``if args.tensorboard: configure(...)``) is guarded as the whole statement, and so is
+a file opened, written and dropped in one expression (``open(path, "w").write(text)``). The
+trackers are TensorBoard's writers, W&B, MLflow, ``tensorboard_logger`` (``configure``,
+``log_value``; its ``Logger``), visdom, Comet, Neptune and Aim. Where the accelerator is not
+reachable the write is reported (ACC916).
 
 A logger class that keeps a file open for writing (a CSV logger's ``self.file = open(path, "w")``,
 of the script or of another module of the program, known by its qualified name) is a tracker too:
@@ -1502,6 +1507,13 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[s
         # under the main-process guard: :meth:`_MainProcessGuard.leave_With` opens the file on
         # the main process alone instead.
         return None if holds_work_of_every_rank(statement, facts) else "write"
+    if isinstance(statement, (cst.If, cst.For)) and isinstance(statement.body, cst.SimpleStatementSuite):
+        # ``if args.tensorboard: configure("runs/x")`` on one line: its statements are the body.
+        if statement.orelse is not None:
+            return None
+        if isinstance(statement, cst.If) and tests_main_process(statement.test, accelerator_name(facts)):
+            return None  # already guarded
+        return _write_kind(cst.SimpleStatementLine(body=statement.body.body), facts, scope)
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
         # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
         # pass``, ``for f in glob(...): os.remove(f)``: the whole statement is the write, so the
@@ -1661,6 +1673,12 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[s
         return "write"
     if any(facts.opens_for_writing(arg.value, scope) for arg in call.args):
         return "write"  # json.dump(results, open("results.json", "w"))
+    if (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("write", "writelines")
+        and facts.opens_for_writing(call.func.value, scope)
+    ):
+        return "write"  # open("config.txt", "w").write(text): a file opened, written and dropped
     return None
 
 
