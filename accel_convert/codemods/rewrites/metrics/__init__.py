@@ -124,6 +124,11 @@ indices would point at another process's images. The loaders owner keeps an eval
 that kind unprepared instead (``model/loaders.joined_rows_loaders``): every process evaluates every
 batch, as the original does, and nothing is gathered. One that stays prepared (a training loop
 iterates it too, or another module hands it in prepared) is reported (ACC965), nothing gathered.
+
+A loop that takes its batch for one sample after the forward (SRGAN's validation over a loader of
+batch size 1: ``display_transform()(sr.data.cpu().squeeze(0))``) is reported (ACC966) and nothing is
+gathered: a gathered batch holds one sample of every process, and the squeeze would leave the batch
+dimension in.
 """
 
 from __future__ import annotations
@@ -150,6 +155,7 @@ from accel_convert.codemods.rewrites.metrics.codes import (
     MEAN_OF_BATCHES,
     NESTED_FORWARD,
     OBJECT_LISTS,
+    ONE_SAMPLE_BATCHES,
     PYTHON_VALUE,
     RAGGED_PADDING,
     SEQUENCE_FIRST,
@@ -215,6 +221,9 @@ class MetricsCodemod(Rule):
         "ACC955": (
             "Re-order first, then gather what is compared: ``scores, targets = accelerator.gather_for_metrics((scores, y[sort_ind]))``, so positions are used within this process's batch only."
         ),
+        "ACC966": (
+            "Gather the values the metrics read right after the forward, then take each sample out of the gathered rows: ``sr, hr = accelerator.gather_for_metrics((sr, hr))`` and ``for s, h in zip(sr, hr): ...`` where the loop squeezed ``sr.squeeze(0)``."
+        ),
         "ACC965": (
             "Split the joined rows into one entry per sample inside the loop (``boxes = [targets[targets[:, 0] == i] for i in range(len(imgs))]``) and gather that list on its own as objects, ``boxes = accelerator.gather_for_metrics(boxes, use_gather_object=True)``, the outputs as they are: each sample's rows stay together and the padding is dropped by sample."
         ),
@@ -254,6 +263,7 @@ class MetricsCodemod(Rule):
         INDEXED_STORE: "metrics-indexed-store: outputs stored at positions computed from the batch index: nothing gathered",
         IN_BATCH_TARGETS: "metrics-in-batch-targets: targets made from positions in the batch (in-batch matching): nothing gathered",
         BATCH_ORDER: "metrics-batch-order: a model output that orders this process's batch (y[sort_ind]): nothing gathered",
+        ONE_SAMPLE_BATCHES: "metrics-one-sample-batches: a batch taken for one sample (x.squeeze(0)): nothing gathered",
         JOINED_ROWS: "metrics-joined-rows: batch values joined from the samples' own rows (a detector's boxes): nothing gathered",
         BATCH_SCALAR: "metrics-batch-scalar: a value that is one per batch and process (a loss): it cannot be gathered per sample",
         LOCAL_BATCH_SIZE: "metrics-local-batch-size: a batch size read before the gather, summed: it counts this process's samples only",

@@ -14,6 +14,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import (
+    dotted,
     expression_code,
     is_host_number,
     names_in,
@@ -131,7 +132,7 @@ def _lines_before(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode)
 def _rows_summed(statement: cst.SimpleStatementLine, known: set[str], builtin: BuiltinOf) -> str | None:
     """The batch tensor ``total += labels.size(0)`` counts the rows of; None for any other line."""
     first, counted = adds_up(statement.body[0]), rows_added(statement.body[0], builtin)
-    if len(statement.body) == 1 and first is not None and isinstance(first.target, cst.Name) and counted in known:
+    if len(statement.body) == 1 and first is not None and _running_total(first.target) and counted in known:
         return counted
     return None
 
@@ -142,13 +143,24 @@ def _recomputed_summed(statement: cst.SimpleStatementLine, found: Unpacked) -> s
     deep-text-recognition's ``length_of_data = length_of_data + batch_size``); None for any other
     line."""
     summed = adds_up(statement.body[0]) if len(statement.body) == 1 else None
-    if summed is None or not isinstance(summed.target, cst.Name):
+    if summed is None or not _running_total(summed.target):
         return None
     reads = variables_read(summed.value)
     if not reads or not reads <= set(found.recomputed):
         return None
     tensors = sorted(tensor for name in reads for tensor in found.recomputed[name][1])
     return tensors[0] if tensors else None
+
+
+def _running_total(target: cst.BaseExpression) -> bool:
+    """A name, an attribute or a dictionary entry under a constant key (``total``, ``self.total``,
+    ``results["batch_sizes"]``, SRGAN's ``valing_results['batch_sizes']``): one total across
+    batches, not an entry the batch picks."""
+    if isinstance(target, cst.Subscript):
+        index = target.slice[0].slice if len(target.slice) == 1 else None
+        constant = isinstance(index, cst.Index) and isinstance(index.value, (cst.SimpleString, cst.Integer))
+        return constant and dotted(target.value) is not None
+    return dotted(target) is not None
 
 
 def _assigned_pairs(small: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:

@@ -33,9 +33,21 @@ Forward = tuple[cst.SimpleStatementLine, tuple[str, ...]]
 def loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | None:
     """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None.
     Through any call (``progress(test_loader)``), as the analysis finds evaluation loops."""
-    if iterated_name(node.iter, facts.names, through_any_call=True) not in facts.loaders:
+    if loader_iterated(node, facts) not in facts.loaders:
         return None
     return loop_batch_names(node, facts.names, through_any_call=True, plain=True)
+
+
+def loader_iterated(node: cst.For, facts: ScriptFacts) -> str | None:
+    """The loader the loop iterates: under its wrappers (``enumerate(tqdm(test_loader))``), or the
+    one the analysis found behind a progress bar bound to a name first (SRGAN's ``val_bar =
+    tqdm(val_loader)`` then ``for ... in val_bar``)."""
+    named = iterated_name(node.iter, facts.names, through_any_call=True)
+    if named in facts.loaders:
+        return named
+    site = facts.origins.site(node)
+    loops = (*facts.eval_loops, *facts.train_loops) if site is not None else ()
+    return next((loop.loader for loop in loops if site is not None and loop.site.line == site.line), named)
 
 
 def is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:

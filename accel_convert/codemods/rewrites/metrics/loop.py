@@ -14,7 +14,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import batch_target, enumerate_index, iterated, iterated_name
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, root_name
+from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, nodes_in, root_name
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import grown_in
@@ -44,6 +44,7 @@ from accel_convert.codemods.rewrites.metrics.codes import (
     MEAN_OF_BATCHES,
     NESTED_FORWARD,
     OBJECT_LISTS,
+    ONE_SAMPLE_BATCHES,
     PYTHON_VALUE,
     RAGGED_PADDING,
     SEQUENCE_FIRST,
@@ -61,6 +62,7 @@ from accel_convert.codemods.rewrites.metrics.forward import (
     hoist_forward,
     is_gather,
     is_model_call,
+    loader_iterated,
     loop_over_loader,
     model_passed_to_call,
     statements_after,
@@ -117,6 +119,25 @@ class _KeptLists:
 
     lists: list[str]
     summed: list[str]
+
+
+def _squeezed_samples(after: Sequence[cst.CSTNode], plan: GatherPlan) -> list[str]:
+    """The gathered names the statements ``after`` the forward squeeze their batch dimension out
+    of (``sr.data.cpu().squeeze(0)``, ``x.squeeze()``): SRGAN's validation, whose loader gives one
+    image per batch."""
+    gathered = set(plan.names)
+    found: dict[str, None] = {}
+    for node in (inner for statement in after for inner in nodes_in(statement)):
+        if not (
+            isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "squeeze"
+        ):
+            continue
+        first = node.args[0].value if node.args else None
+        if first is None or (isinstance(first, cst.Integer) and first.value == "0"):
+            name = root_name(node.func.value)
+            if name in gathered:
+                found[name] = None
+    return list(found)
 
 
 class EvalLoopRewriter(RuleTransformer):
@@ -291,7 +312,7 @@ class EvalLoopRewriter(RuleTransformer):
     def _over_unprepared_loader(self, node: cst.For) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
         where the training objects are built and prepared (an evaluation helper's own loader)."""
-        name = iterated_name(node.iter, through_any_call=True)
+        name = loader_iterated(node, self.facts)
         if name in self.facts.unprepared_loaders:
             return True  # a script with no model reading its loaders whole (dataset statistics)
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
@@ -516,6 +537,18 @@ class EvalLoopRewriter(RuleTransformer):
                 "padding by counting rows and join indices that point at other processes' images, so nothing is "
                 "gathered and the metrics cover this process only; split them into one entry per sample and gather "
                 "those lists as objects",
+                False,
+            )
+            return None
+        squeezed = _squeezed_samples(after, plan)
+        if squeezed:
+            self.report(
+                original,
+                ONE_SAMPLE_BATCHES,
+                f"{', '.join(squeezed)}: squeezed to one sample after the forward (x.squeeze(0)), the loop takes its "
+                "batch for one sample (a loader of batch size 1); gathered, a batch holds one sample of every process and the squeeze no longer removes the "
+                "batch dimension, so nothing is gathered and the metrics cover this process only; gather the values "
+                "the metrics read, then loop over their rows",
                 False,
             )
             return None
