@@ -1160,6 +1160,65 @@ class MetricsCodemod(Rule):
             ),
         ),
         Example(
+            code=ONE_SAMPLE_BATCHES,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                net = nn.Linear(8, 8)
+                optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+                data = TensorDataset(torch.randn(32, 8), torch.randn(32, 8))
+                train_loader = DataLoader(data, batch_size=8)
+                val_loader = DataLoader(data, batch_size=1)
+                for lr, hr in train_loader:
+                    optimizer.zero_grad()
+                    ((net(lr) - hr) ** 2).mean().backward()
+                    optimizer.step()
+
+                images = []
+                with torch.no_grad():
+                    for lr, hr in val_loader:
+                        sr = net(lr)
+                        images.append(torch.stack([hr.squeeze(0), sr.squeeze(0)]))
+                print(len(images))
+            """,
+            message=(
+                "sr, hr: squeezed to one sample after the forward (x.squeeze(0)), the loop takes its batch for one "
+                "sample (a loader of batch size 1); gathered, a batch holds one sample of every process and the "
+                "squeeze no longer removes the batch dimension, so nothing is gathered and the metrics cover this "
+                "process only; gather the values the metrics read, then loop over their rows"
+            ),
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                net = nn.Linear(8, 8)
+                optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+                data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1, 8))
+                train_loader = DataLoader(data, batch_size=8)
+                val_loader = DataLoader(data, batch_size=8)
+                for lr, hr in train_loader:
+                    optimizer.zero_grad()
+                    ((net(lr) - hr.squeeze(1)) ** 2).mean().backward()
+                    optimizer.step()
+
+                total = 0.0
+                with torch.no_grad():
+                    for lr, hr in val_loader:
+                        sr = net(lr)
+                        total += ((sr - hr.squeeze(1)) ** 2).sum().item()
+                print(total)
+            """,
+            code=ONE_SAMPLE_BATCHES,
+            leaves_alone=True,
+        ),
+        Example(
             code=JOINED_ROWS,
             before="""
                 import torch

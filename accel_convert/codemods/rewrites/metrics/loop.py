@@ -123,8 +123,8 @@ class _KeptLists:
 
 def _squeezed_samples(after: Sequence[cst.CSTNode], plan: GatherPlan) -> list[str]:
     """The gathered names the statements ``after`` the forward squeeze their batch dimension out
-    of (``sr.data.cpu().squeeze(0)``, ``x.squeeze()``): SRGAN's validation, whose loader gives one
-    image per batch."""
+    of (``sr.data.cpu().squeeze(0)``): SRGAN's validation, whose loader gives one image per batch.
+    A bare ``squeeze()`` (a ``(batch, 1)`` output made ``(batch,)``) is no such sign."""
     gathered = set(plan.names)
     found: dict[str, None] = {}
     for node in (inner for statement in after for inner in nodes_in(statement)):
@@ -132,8 +132,8 @@ def _squeezed_samples(after: Sequence[cst.CSTNode], plan: GatherPlan) -> list[st
             isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "squeeze"
         ):
             continue
-        first = node.args[0].value if node.args else None
-        if first is None or (isinstance(first, cst.Integer) and first.value == "0"):
+        first = node.args[0].value if len(node.args) == 1 else None
+        if isinstance(first, cst.Integer) and first.value == "0":
             name = root_name(node.func.value)
             if name in gathered:
                 found[name] = None
