@@ -222,6 +222,9 @@ class Learnt:
     model_factories: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a file they open for writing → its mode.
     handle_openers: tuple[tuple[str, str], ...] = ()
+    #: Handle openers (qualified) called from another module → whether every such call keeps the
+    #: file for writing alone.
+    main_process_openers: dict[str, bool] = field(default_factory=dict)
     #: Methods (qualified) returning a new optimizer, program-wide.
     optimizer_methods: set[str] = field(default_factory=set)
 
@@ -254,6 +257,9 @@ class Learnt:
             path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
             handle_openers=tuple(entry for entry in self.handle_openers if entry[0] not in own),
+            opened_on_main_process=frozenset(
+                function for function, main_only in _own_verdicts(self.main_process_openers, name, shape) if main_only
+            ),
             per_batch_file_writers=tuple(entry for entry in self.per_batch_file_writers if entry[0] not in own),
             unsharded_parameters=frozenset(self.received.unsharded.get(name, set())),
             built_in_every_call=frozenset(

@@ -108,11 +108,16 @@ def _methods_needing_the_accelerator(
     (``training``) or looping over a loader; for a library's class the program hands the prepared
     model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model); for a
     library's console logger the accelerator reaches (not one of ``not_printers``), those that
-    print."""
+    print; for a library's class the accelerator reaches, the methods handing back a file the
+    program opens on the main process only."""
     methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
     methods |= _methods_handing_loaders_to_loops(a, name)
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
         methods = _saving_methods(a, name)
+    if a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches:
+        # A method handing back a file it opens, which the program opens on the main process only
+        # (the seeds' ``opened_on_main_process``: ``RunFolder.open_log``), reads the accelerator.
+        methods |= {own.partition(".")[2] for own in a.seeds.opened_on_main_process if own.partition(".")[0] == name}
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches:
         # Not a dataset, whose instance goes to the loader's worker processes, nor a model, which
         # prints on the main process by the rank test instead: neither keeps the accelerator.
@@ -192,6 +197,28 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
             methods
             and _saved_at_construction(a, name, owner, methods)
             and _takes_the_accelerator(a, name, owner, methods, inherited=False)
+        ):
+            found.append(name)
+    return found
+
+
+def classes_keeping_handles(a: Analysis) -> list[str]:
+    """The file's classes (not models, not training classes) whose ``__init__`` keeps a file the
+    main process alone writes (the file-flow owner's ``classes_opening_handles``: a ``History``
+    recording each epoch into ``self.file = open(path, "w")``), every construction of which is
+    where the accelerator reaches (``history = History(...)`` in ``main()``): they receive the
+    accelerator as a training class does, so that ``__init__`` opens the file on the main process
+    only (``os.devnull`` on the others). Before, the accelerator, a local of ``main()``, did not
+    reach ``__init__``: the file stayed on every rank, reported (ACC916). Built by module-level
+    code, the class reads the module's accelerator already. After the home is settled."""
+    facts = a.facts
+    found = []
+    for name in sorted(facts.classes_opening_handles):
+        owner, calls = a.r.classes.get(name), a.constructions.get(name, [])
+        if owner is None or name in facts.training_classes or name in facts.model_classes or not calls:
+            continue
+        if all(call.function in facts.accessible_functions for call in calls) and _takes_the_accelerator(
+            a, name, owner, {"__init__"}, inherited=False
         ):
             found.append(name)
     return found

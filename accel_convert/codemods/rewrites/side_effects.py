@@ -98,9 +98,11 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.file_flow import (
     HANDLE_READ_BACK,
+    HANDLE_READ_THROUGH,
+    SCRATCH,
     devnull_mode,
     file_logger_class,
-    opened_handle_mode,
+    other_ranks_file,
 )
 from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import (
@@ -864,10 +866,13 @@ class SideEffectsCodemod(Rule):
         lines = facts.lines_mentioning(words) | {line for line, _ in facts.loggers_built_in_calls}
         rewriter = _MainProcessGuard(facts, lines, _trackers_read(module, facts))
         new_module = module.visit(rewriter)
-        if rewriter.devnull_used and not imports_module(new_module, "os"):
-            new_module = add_import(
-                new_module, cast(cst.SimpleStatementLine, cst.parse_statement("import os")), options.import_style
-            )
+        for used, name in ((rewriter.devnull_used, "os"), (rewriter.tempfile_used, "tempfile")):
+            if used and not imports_module(new_module, name):
+                new_module = add_import(
+                    new_module,
+                    cast(cst.SimpleStatementLine, cst.parse_statement(f"import {name}")),
+                    options.import_style,
+                )
         return new_module, rewriter.changes(module)
 
 
@@ -896,6 +901,7 @@ class _MainProcessGuard(RuleTransformer):
         self._opened_on_main_process: list[bool] = []
         #: Whether a file was opened so (the module needs ``import os``).
         self.devnull_used = False
+        self.tempfile_used = False
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
@@ -944,20 +950,29 @@ class _MainProcessGuard(RuleTransformer):
             "file opened for writing on the main process only (os.devnull on the others): the block runs on every rank",
             True,
         )
-        self.devnull_used = True
         barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
         return cst.FlattenSentinel([updated_node.with_changes(items=items), barrier])
 
     def _opens_for_every_rank(self, node: cst.With) -> bool:
         """Whether ``node`` opens a file for writing around work the processes do together, where
         the accelerator is and every rank reaches it."""
-        return (
+        opened = [item.item for item in node.items if self._opens_on_every_rank(item.item)]
+        if not (
             not self._guarded_depth
-            and any(self._opens_on_every_rank(item.item) for item in node.items)
+            and bool(opened)
             and self.accelerator_reachable()
             and self.every_rank_reaches_here()
             and holds_work_of_every_rank(node, self.facts)
-        )
+        ):
+            return False
+        # Not a file whose earlier content the block may read back through it (``"a+"``, ``"r+"``):
+        # the file-flow owner keeps it on every rank, and it is reported.
+        if any(other_ranks_file(self.facts.open_mode(call, self.scope) or "w") is None for call in opened):
+            self.findings.add(
+                node, "ACC916", f"{KEPT_FILE_LEFT}, {HANDLE_READ_THROUGH}: {KEPT_FILE_LEFT_EFFECT}", False
+            )
+            return False
+        return True
 
     def _opens_on_every_rank(self, call: cst.BaseExpression) -> bool:
         """``open(path, "w")``, not ``open(path if <main process> else os.devnull, "w")`` (a
@@ -984,6 +999,8 @@ class _MainProcessGuard(RuleTransformer):
         reason = self.facts.handles_left_on_every_rank.get((site.line, site.column))
         if reason is None and (site.line, site.column) not in self.facts.handles_main_process_writes:
             return None
+        if reason is None and self._opened_elsewhere(call):
+            return None  # the other module's opener opens it on the main process only
         if reason is None and not self.every_rank_reaches_here():
             if any(isinstance(node, cst.If) and names_rank(node.test) for node in self._anchors):
                 return None
@@ -992,7 +1009,7 @@ class _MainProcessGuard(RuleTransformer):
             self.findings.add(original, "ACC916", f"{KEPT_FILE_LEFT}, {reason}: {KEPT_FILE_LEFT_EFFECT}", False)
             return None
         assert isinstance(statement, cst.SimpleStatementLine)
-        assign = cast(cst.Assign, statement.body[0])
+        small = cast(cst.Assign | cst.Return, statement.body[0])
         self.findings.add(
             original,
             SideEffectsCodemod.code,
@@ -1000,16 +1017,16 @@ class _MainProcessGuard(RuleTransformer):
             "through it",
             True,
         )
-        self.devnull_used = True
-        return statement.with_changes(body=[assign.with_changes(value=self._opened_where_main(assign.value))])
+        return statement.with_changes(body=[small.with_changes(value=self._opened_where_main(call))])
 
     def _kept_handle_open(self, statement: cst.BaseStatement) -> cst.Call | None:
-        """The ``open`` call of ``name = open(path, "w")`` as the script wrote it (not a file of
-        this process alone, nor opened on the main process already: a converted script)."""
+        """The ``open`` call of ``name = open(path, "w")`` (or of ``return open(path, "w")``, in a
+        function handing the file to its callers) as the script wrote it (not a file of this
+        process alone, nor opened on the main process already: a converted script)."""
         if not isinstance(statement, cst.SimpleStatementLine) or self.writes_per_rank_here():
             return None
         small = statement.body[0]
-        if len(statement.body) != 1 or not isinstance(small, cst.Assign):
+        if len(statement.body) != 1 or not isinstance(small, (cst.Assign, cst.Return)) or small.value is None:
             return None
         if not self._opens_on_every_rank(small.value) and not self._opened_elsewhere(small.value):
             return None
@@ -1017,21 +1034,30 @@ class _MainProcessGuard(RuleTransformer):
         return None if paths and names_in(small.value) & paths else cast(cst.Call, small.value)
 
     def _opened_elsewhere(self, value: cst.BaseExpression) -> bool:
-        """A call of another module's function returning a file it opens for writing
-        (``logs.open_log(path)``): the file-flow owner keeps it on every rank, to be reported."""
-        return (
-            not self.facts.opens_for_writing(value, self.scope)
-            and opened_handle_mode(self.facts, value, self.scope) is not None
-        )
+        """A call of another module's function (or method) returning a file it opens for writing
+        (``logs.open_log(path)``) that the file-flow owner says is kept: opened on the main
+        process only by the opener, or left on every rank (reported)."""
+        if not isinstance(value, cst.Call) or self.facts.opens_for_writing(value, self.scope):
+            return False
+        site = self.site(value)
+        key = (site.line, site.column)
+        return key in self.facts.handles_main_process_writes or key in self.facts.handles_left_on_every_rank
 
     def _opened_where_main(self, call: cst.BaseExpression) -> cst.BaseExpression:
         """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``; where
         ``os.devnull`` opens in another mode (the file-flow owner's :func:`devnull_mode`: ``"x"``
-        → ``"w"``), ``open(path, "x") if <main process> else open(os.devnull, "w")``."""
+        → ``"w"``), ``open(path, "x") if <main process> else open(os.devnull, "w")``; where the
+        others read back through the handle what they wrote (``"w+"``: the owner's
+        :func:`other_ranks_file`), ``open(path, "w+") if <main process> else
+        tempfile.TemporaryFile("w+")``."""
         assert isinstance(call, cst.Call)
         devnull = cst.Attribute(cst.Name("os"), cst.Name("devnull"))
         mode = self.facts.open_mode(call, self.scope) or "w"
         first = call.args[0]
+        if other_ranks_file(mode) == SCRATCH:
+            self.tempfile_used = True
+            return cst.IfExp(test=self._main_process(), body=call, orelse=_scratch_file(call, devnull_mode(mode)))
+        self.devnull_used = True
         if devnull_mode(mode) == mode:
             where = cst.IfExp(test=self._main_process(), body=first.value, orelse=devnull)
             return call.with_changes(args=[first.with_changes(value=where), *call.args[1:]])
@@ -1681,6 +1707,24 @@ KEPT_HANDLE_UNREACHABLE = (
     "lines into it, one rank's over or after another's; open it where the accelerator is, on the main process only "
     "(open(path if accelerator.is_main_process else os.devnull, ...))"
 )
+
+
+#: ``open``'s parameters after the mode that ``tempfile.TemporaryFile`` takes too, in ``open``'s order.
+_SCRATCH_PARAMETERS = ("buffering", "encoding", "errors", "newline")
+
+
+def _scratch_file(call: cst.Call, mode: str) -> cst.Call:
+    """``tempfile.TemporaryFile(mode, ...)`` for ``open(path, mode, ...)``: a file of this process
+    alone, opened as ``call`` opens its file (its buffering, encoding, errors and newline, by
+    keyword; the rest, ``closefd``, ``opener``, concern the real file only)."""
+    args: list[cst.Arg] = [cst.Arg(cst.SimpleString(f'"{mode}"'))]
+    for index, arg in enumerate(call.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if keyword is None and 2 <= index < 2 + len(_SCRATCH_PARAMETERS):
+            keyword = _SCRATCH_PARAMETERS[index - 2]
+        if keyword in _SCRATCH_PARAMETERS:
+            args.append(cst.Arg(arg.value, keyword=cst.Name(keyword), equal=TIGHT_EQUAL))
+    return cst.Call(cst.Attribute(cst.Name("tempfile"), cst.Name("TemporaryFile")), args)
 
 
 def _mode_literal(literal: cst.BaseExpression, mode: str) -> cst.SimpleString:
