@@ -560,3 +560,72 @@ def test_a_handle_another_module_opens_and_a_file_read_later_stays_on_every_rank
     train, logs, reported = _convert_with(source, "logs", OPENER_MODULE)
     assert [line for line, message in reported if HANDLE_READ_BACK in message] == [OPEN_LINE + 1]
     assert "os.devnull" not in train + logs
+
+
+HISTORY_IN_MAIN = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class History:
+        def __init__(self, path):
+            self.losses = []
+            self.file = open(path, "w")
+
+        def record(self, epoch, loss):
+            self.losses.append(loss)
+            self.file.write(f"{epoch},{loss}\\n")
+
+        def best(self):
+            return min(self.losses)
+
+
+    def main():
+        history = History("history.csv")
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for data, target in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+            history.record(epoch, loss.item())
+        print(history.best())
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_history_class_built_in_main_keeping_a_handle_receives_the_accelerator() -> None:
+    """A ``History`` (no training class: it records, writes, and hands back its best value, so no
+    file logger either) whose ``__init__`` keeps ``self.file = open(path, "w")``, built in
+    ``main()``: the owner of classes gives it the accelerator (``classes_keeping_handles``), so
+    the file is opened on the main process only. Before, the accelerator, a local of ``main()``,
+    did not reach ``__init__``: the file stayed on every rank, reported (ACC916)."""
+    facts = analyse(cst.parse_module(HISTORY_IN_MAIN), HISTORY_IN_MAIN)
+    assert "History" in facts.classes_opening_handles and "History" in facts.training_classes
+    output, changes = convert_text(HISTORY_IN_MAIN)
+    assert "    def __init__(self, path, accelerator):\n" in output
+    assert '        self.file = open(path if self.accelerator.is_main_process else os.devnull, "w")\n' in output
+    assert output.index("accelerator = Accelerator()") < output.index('history = History("history.csv", accelerator)')
+    assert _acc916(changes) == []
+    again, _ = convert_text(output)
+    assert again == output
+
+
+def test_a_history_class_built_by_module_code_reads_the_module_accelerator() -> None:
+    """Built by module-level code, the class reads the module's accelerator: it takes none."""
+    source = HISTORY_IN_MAIN.replace("def main():\n", "if True:\n").replace(
+        '\n\nif __name__ == "__main__":\n    main()\n', "\n"
+    )
+    output, changes = convert_text(source)
+    assert "    def __init__(self, path):\n" in output
+    assert '        self.file = open(path if accelerator.is_main_process else os.devnull, "w")\n' in output
+    assert _acc916(changes) == []

@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.facts import callers_closure
+from accel_convert.codemods.engine.facts import MODULE, callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
@@ -217,6 +217,8 @@ def classes_keeping_handles(a: Analysis) -> list[str]:
         owner, calls = a.r.classes.get(name), a.constructions.get(name, [])
         if owner is None or name in facts.training_classes or name in facts.model_classes or not calls:
             continue
+        if all(call.function == MODULE for call in calls):
+            continue  # module-level code: ``__init__`` reads the module's accelerator
         if all(call.function in facts.accessible_functions for call in calls) and _takes_the_accelerator(
             a, name, owner, {"__init__"}, inherited=False
         ):

@@ -28,12 +28,16 @@ open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a notebook's
 ``log``, a trainer's ``self.log = open(path, "a")`` in ``__init__``), written on every rank, is
 opened on the main process only the same way, ``os.devnull`` on the others, with no barrier: the
 program model's file flow says that no code reads the file back (a file created exclusively,
-``"x"``, gets ``os.devnull`` opened with ``"w"`` on the others: it exists). The accelerator is
-created above such an ``open`` (the conversion plan). Where code may read it back, it is read
-through the handle (``"a+"``), another module's function opens it (``log =
-logs.open_log(path)``), not every rank reaches the ``open``, or no accelerator reaches it (a
-function it does not reach), it stays on every rank and is reported (ACC916). A handle the
-script writes only under a test of its rank (``if args.rank == 0:``) stays as it is.
+``"x"``, gets ``os.devnull`` opened with ``"w"`` on the others: it exists; one read back through
+the handle, ``"w+"``, a scratch file of their own, ``tempfile.TemporaryFile("w+")``, so each reads
+back what it wrote). The accelerator is created above such an ``open`` (the conversion plan). A
+handle another module's function (or method) opens and hands back (``log =
+logs.open_log(path)``) is opened there the same way, where every module calling it keeps it so:
+every rank calls the opener, which takes the accelerator. Where code may read it back, it reads
+back through the handle what the file held (``"a+"``), not every rank reaches the ``open``, or no
+accelerator reaches it (a function it does not reach), it stays on every rank and is reported
+(ACC916). A handle the script writes only under a test of its rank (``if args.rank == 0:``) stays
+as it is.
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
