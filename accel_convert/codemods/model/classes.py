@@ -16,6 +16,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     is_plain_class,
     nodes_in,
+    parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES
 from accel_convert.codemods.model.calls import step_calls
@@ -39,8 +40,10 @@ def find_training_classes(a: Analysis) -> list[str]:
     for name, owner in a.r.classes.items():
         methods = {method for owner_name, method in a.backward_methods if owner_name == name}
         if methods and name in models and models[name] & set(a.constructions):
-            a.facts.self_training_models.add(name)
-            continue
+            if not _wraps_a_model(a, name, owner, set(models)):
+                a.facts.self_training_models.add(name)
+                continue
+            models.pop(name)  # a trainer holding the model it trains: a training class
         methods = _methods_needing_the_accelerator(a, name, methods, not_printers)
         if _takes_the_accelerator(a, name, owner, methods, inherited=name in trains_through_a_base):
             found.append(name)
@@ -53,6 +56,48 @@ def find_training_classes(a: Analysis) -> list[str]:
     ]
     found += _classes_building_training_classes(a, found, set(models))
     return sorted(found, key=lambda name: a.constructions[name][0].order if name in a.constructions else 0)
+
+
+def _wraps_a_model(a: Analysis, name: str, owner: ClassRecord, models: AbstractSet[str]) -> bool:
+    """Whether the ``nn.Module`` class ``name``, whose own method runs a backward, is a trainer
+    holding the model it trains rather than a model training itself: its ``__init__`` keeps, as
+    an attribute, a model of the file handed in (``self.net = net``, every construction passing
+    a new model: ``Trainer(Net(), lr)``) or built there (``self.net = Net()``), and builds no layer
+    of its own (no ``torch.nn`` module but a loss). Its parameters are the held model's: preparing
+    that model (in ``__init__``, as a training class does) synchronises the training, where
+    wrapping the trainer would hide its methods behind DDP."""
+    instance = owner.self_names.get("__init__")
+    if instance is None or owner.init_params is None:
+        return False
+    held = False
+    for assign in a.r.assigns:
+        if assign.scope != (name, "__init__"):
+            continue
+        value = assign.value
+        if isinstance(value, cst.Call):
+            qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False) or ""
+            if qualified.startswith("torch.nn.") and not qualified.endswith("Loss"):
+                return False  # a layer of its own
+            held = held or (dotted(value.func) in models and any(t.startswith(f"{instance}.") for t in assign.targets))
+        elif isinstance(value, cst.Name) and value.value in owner.init_params:
+            held = held or _handed_a_new_model(a, name, owner.init_params.index(value.value), models)
+    return held
+
+
+def _handed_a_new_model(a: Analysis, name: str, position: int, models: AbstractSet[str]) -> bool:
+    """Whether every construction of class ``name`` passes, at ``__init__``'s parameter at
+    ``position``, a new model of the file built right in the call (``Trainer(Net(), lr)``)."""
+    params = a.r.classes[name].init_params or ()
+    calls = a.constructions.get(name, [])
+    found = bool(calls)
+    for call in calls:
+        filled = [
+            arg.value
+            for index, arg in enumerate(call.node.args)
+            if not arg.star and parameter_filled(arg, index, params) == params[position]
+        ]
+        found = found and len(filled) == 1 and isinstance(filled[0], cst.Call) and dotted(filled[0].func) in models
+    return found
 
 
 def _classes_building_training_classes(a: Analysis, found: Sequence[str], models: AbstractSet[str]) -> list[str]:
