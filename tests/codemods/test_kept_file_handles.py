@@ -629,3 +629,15 @@ def test_a_history_class_built_by_module_code_reads_the_module_accelerator() -> 
     assert "    def __init__(self, path):\n" in output
     assert '        self.file = open(path if accelerator.is_main_process else os.devnull, "w")\n' in output
     assert _acc916(changes) == []
+
+
+def test_an_opener_another_call_uses_otherwise_stays_as_written() -> None:
+    """The opener is also called for a ``with`` block (``with logs.open_log(...) as f:``), whose
+    file this module may use otherwise: every call must keep the handle for writing alone, so the
+    opener stays as written."""
+    source = _opened_by('log = logs.open_log("runs", "train.log")').replace(
+        "    log.close()\n",
+        '    log.close()\n    with logs.open_log("runs", "done.txt") as done:\n        done.write("done\\n")\n',
+    )
+    _, logs, _ = _convert_with(source, "logs", OPENER_MODULE)
+    assert '    return open(os.path.join(folder, name), "w")\n' in logs

@@ -336,6 +336,13 @@ def kept_handles(a: Analysis) -> None:
         for assign, call in _handle_opens(a)
         if (handle := _handle_key(a, assign)) is not None and _written_on_every_rank(a, assign, handle)
     ]
+    # Any other call of an opener (``with logs.open_log(...) as f:``, a handle written under a
+    # test of a rank) keeps it as written: the file may be used otherwise there.
+    kept = {id(call.node) for _, call, _ in handles}
+    for call in a.r.calls if a.seeds is not None and a.seeds.handle_openers else ():
+        other = None if id(call.node) in kept else _opener_called(a, call)
+        if other is not None:
+            a.facts.main_process_openers_out[other] = False
     if not handles:
         return
     reads = [*_accesses(a, CHECKPOINT_READS), *_file_reads(a)]
