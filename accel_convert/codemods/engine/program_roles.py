@@ -257,9 +257,7 @@ class Learnt:
             path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
             handle_openers=tuple(entry for entry in self.handle_openers if entry[0] not in own),
-            opened_on_main_process=frozenset(
-                function for function, main_only in _own_verdicts(self.main_process_openers, name, shape) if main_only
-            ),
+            opened_on_main_process=_own_callees_held(self.main_process_openers, name, shape),
             per_batch_file_writers=tuple(entry for entry in self.per_batch_file_writers if entry[0] not in own),
             unsharded_parameters=frozenset(self.received.unsharded.get(name, set())),
             built_in_every_call=frozenset(
@@ -276,11 +274,7 @@ class Learnt:
             logger_parameters=frozenset(self.received.loggers.get(name, set())),
             logger_callees=frozenset(self.received.logger_callees),
             called_from_elsewhere=_own_verdicts(self.per_process_calls, name, shape),
-            fed_from_elsewhere=frozenset(
-                function
-                for qualified, fed in self.training_calls.items()
-                if fed and (function := _own_callee(qualified, name, shape)) is not None
-            ),
+            fed_from_elsewhere=_own_callees_held(self.training_calls, name, shape),
             evaluated_from_elsewhere=_own_verdicts(self.evaluating_calls, name, shape),
         )
 
@@ -295,6 +289,11 @@ def _own_verdicts(verdicts: dict[str, bool], name: str, shape: ModuleShape) -> t
             if (function := _own_callee(qualified, name, shape)) is not None
         )
     )
+
+
+def _own_callees_held(verdicts: dict[str, bool], name: str, shape: ModuleShape) -> frozenset[str]:
+    """Module ``name``'s own callees (keyed as :func:`_own_callee` names them) whose verdict holds."""
+    return frozenset(function for function, verdict in _own_verdicts(verdicts, name, shape) if verdict)
 
 
 def _own_callee(qualified: str, name: str, shape: ModuleShape) -> str | None:

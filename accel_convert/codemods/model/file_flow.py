@@ -336,13 +336,7 @@ def kept_handles(a: Analysis) -> None:
         for assign, call in _handle_opens(a)
         if (handle := _handle_key(a, assign)) is not None and _written_on_every_rank(a, assign, handle)
     ]
-    # Any other call of an opener (``with logs.open_log(...) as f:``, a handle written under a
-    # test of a rank) keeps it as written: the file may be used otherwise there.
-    kept = {id(call.node) for _, call, _ in handles}
-    for call in a.r.calls if a.seeds is not None and a.seeds.handle_openers else ():
-        other = None if id(call.node) in kept else _opener_called(a, call)
-        if other is not None:
-            a.facts.main_process_openers_out[other] = False
+    _openers_called_otherwise(a, {id(call.node) for _, call, _ in handles})
     if not handles:
         return
     reads = [*_accesses(a, CHECKPOINT_READS), *_file_reads(a)]
@@ -366,10 +360,25 @@ def kept_handles(a: Analysis) -> None:
             a.facts.handles_main_process_writes.add((site.line, site.column))
             if assign.scope[1:] == ("__init__",) and assign.scope[0] in a.r.classes:
                 a.facts.classes_opening_handles.add(assign.scope[0])
-        opener = None if opened_here else _opener_called(a, call)
-        if opener is not None:
-            main_only = (site.line, site.column) in a.facts.handles_main_process_writes
-            a.facts.main_process_openers_out[opener] = a.facts.main_process_openers_out.get(opener, True) and main_only
+        if not opened_here:
+            _opener_verdict(a, call, (site.line, site.column) in a.facts.handles_main_process_writes)
+
+
+def _opener_verdict(a: Analysis, call: CallRecord, main_only: bool) -> None:
+    """Tell the program whether this call of another module's handle opener keeps its file for
+    writing alone (``main_only``), joined with the module's other calls of it."""
+    opener = _opener_called(a, call)
+    if opener is not None:
+        a.facts.main_process_openers_out[opener] = a.facts.main_process_openers_out.get(opener, True) and main_only
+
+
+def _openers_called_otherwise(a: Analysis, kept: set[int]) -> None:
+    """Any call of a handle opener but those of ``kept`` handles (``with logs.open_log(...) as
+    f:``, a handle written under a test of a rank) keeps the opener as written: the file may be
+    used otherwise there."""
+    for call in a.r.calls if a.seeds is not None and a.seeds.handle_openers else ():
+        if id(call.node) not in kept:
+            _opener_verdict(a, call, False)
 
 
 def _returned_opens_on_main_process(a: Analysis) -> None:
