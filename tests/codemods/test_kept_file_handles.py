@@ -7,6 +7,7 @@ says whether the main process alone can write it, and the side-effects rule open
 from __future__ import annotations
 
 import os
+import tempfile
 
 import libcst as cst
 import pytest
@@ -14,7 +15,13 @@ import pytest
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.program import ProgramModule, convert_program
-from accel_convert.codemods.model.file_flow import HANDLE_OPENED_ELSEWHERE, HANDLE_READ_BACK, devnull_mode
+from accel_convert.codemods.model.file_flow import (
+    HANDLE_READ_BACK,
+    HANDLE_READ_THROUGH,
+    SCRATCH,
+    devnull_mode,
+    other_ranks_file,
+)
 from accel_convert.codemods.model.plan import plan_of
 from tests.codemods.support import code, convert_text
 
@@ -149,11 +156,73 @@ def test_another_file_read_later_does_not_keep_the_handle_on_every_rank() -> Non
     assert 'log = open("train.log" if accelerator.is_main_process else os.devnull, "w")' in output
 
 
-@pytest.mark.parametrize(("mode", "why"), [("a+", "read through the handle"), ("x+", "read through the handle")])
-def test_a_handle_the_main_process_alone_cannot_keep_is_reported(mode: str, why: str) -> None:
+@pytest.mark.parametrize("mode", ["a+", "ab+"])
+def test_a_handle_the_main_process_alone_cannot_keep_is_reported(mode: str) -> None:
+    """A ``"+"`` mode reading back what the file held before (``"a+"``): only the real file holds
+    it, so it stays on every rank, reported."""
     output, changes = convert_text(TRAINING.replace('open("train.log", "w")', f'open("train.log", "{mode}")'))
     assert f'    log = open("train.log", "{mode}")\n' in output
-    assert [line for line, message in _acc916(changes) if why in message] == [OPEN_LINE]
+    assert [line for line, message in _acc916(changes) if HANDLE_READ_THROUGH in message] == [OPEN_LINE]
+
+
+@pytest.mark.parametrize(("mode", "scratch"), [("w+", "w+"), ("x+", "w+"), ("wb+", "wb+"), ("xb+", "wb+")])
+def test_a_handle_read_back_through_itself_is_a_scratch_file_on_the_other_ranks(mode: str, scratch: str) -> None:
+    """``"w+"`` (or ``"x+"``): what is read back through the handle is what this run wrote into
+    it; ``os.devnull`` would read back nothing on the other ranks (an ``IndexError`` at
+    ``lines[-1]``). They write and read a scratch file of their own, the main process the real
+    one (before, left on every rank and reported)."""
+    source = TRAINING.replace('open("train.log", "w")', f'open("train.log", "{mode}", encoding=None)')
+    output, changes = convert_text(source)
+    assert (
+        f'    log = open("train.log", "{mode}", encoding=None) if accelerator.is_main_process '
+        f'else tempfile.TemporaryFile("{scratch}", encoding=None)\n'
+    ) in output
+    assert "import tempfile\n" in output and "os.devnull" not in output
+    assert _acc916(changes) == []
+    again, _ = convert_text(output)
+    assert again == output
+
+
+@pytest.mark.parametrize("mode", ["w+", "x+", "wb+"])
+def test_the_scratch_file_reads_back_what_it_wrote(mode: str) -> None:
+    """The other ranks' file (the owner's :func:`other_ranks_file`, opened as the rule writes it)
+    reads back what was written into it, as the main process's does."""
+    assert other_ranks_file(mode) == SCRATCH
+    line = b"epoch 0\n" if "b" in mode else "epoch 0\n"
+    with tempfile.TemporaryFile(devnull_mode(mode)) as scratch:
+        scratch.write(line)
+        scratch.seek(0)
+        assert scratch.read() == line
+
+
+def test_a_with_block_read_back_through_its_handle_is_a_scratch_file_on_the_other_ranks() -> None:
+    """``with open(path, "w+") as log:`` around the training every rank runs, read back through
+    the handle at its end: the others open a scratch file (before, ``os.devnull``: nothing to read
+    back, ``lines[-1]`` failed on every rank but the main one)."""
+    source = TRAINING.replace('    log = open("train.log", "w")\n', '    with open("train.log", "w+") as log:\n')
+    source = source.replace("\n        ", "\n            ").replace("\n    for epoch", "\n        for epoch")
+    source = source.replace("    log.close()\n", "        log.seek(0)\n        lines = log.read().splitlines()\n")
+    source = source.replace("\n\nif __name__", "    print(lines[-1])\n\n\nif __name__")
+    compile(source, "case.py", "exec")
+    output, changes = convert_text(source)
+    assert (
+        '    with open("train.log", "w+") if accelerator.is_main_process else tempfile.TemporaryFile("w+") as log:\n'
+        in output
+    )
+    assert "os.devnull" not in output and _acc916(changes) == []
+
+
+def test_a_with_block_reading_what_its_file_held_is_reported() -> None:
+    """``with open(path, "a+") as log:`` around the training: what it reads back through the
+    handle includes what the file held before, which only the real file has: left on every rank,
+    reported (before, neither rewritten nor reported)."""
+    source = TRAINING.replace('    log = open("train.log", "w")\n', '    with open("train.log", "a+") as log:\n')
+    source = source.replace("\n        ", "\n            ").replace("\n    for epoch", "\n        for epoch")
+    source = source.replace("    log.close()\n", "        log.seek(0)\n        print(log.read())\n")
+    compile(source, "case.py", "exec")
+    output, changes = convert_text(source)
+    assert '    with open("train.log", "a+") as log:\n' in output and "is_main_process" not in output
+    assert [line for line, message in _acc916(changes) if HANDLE_READ_THROUGH in message] == [OPEN_LINE]
 
 
 def test_a_handle_where_the_accelerator_is_not_reachable_is_reported() -> None:
@@ -388,22 +457,187 @@ OPENER_MODULE = code(
 )
 
 
-def test_a_handle_another_module_opens_is_reported_where_it_is_kept() -> None:
+def _convert_with(train: str, name: str, other: str) -> tuple[str, str, list[tuple[int, str]]]:
+    """``train`` converted with module ``name`` (``other``) as one program: both outputs, and the
+    entry's ACC916 reports."""
+    modules = [
+        ProgramModule("train", cst.parse_module(train), train, False),
+        ProgramModule(name, cst.parse_module(other), other, False),
+    ]
+    outcomes = convert_program(modules, "train", Options())
+    reported = [(c.line, c.message) for c in outcomes["train"].changes if c.code == "ACC916"]
+    return outcomes["train"].module.code, outcomes[name].module.code, reported
+
+
+def _opened_by(call: str, imports: str = "import logs\n") -> str:
+    return TRAINING.replace("import torch\n", f"{imports}import torch\n", 1).replace(
+        'log = open("train.log", "w")', call
+    )
+
+
+def test_a_handle_another_module_opens_is_opened_there_on_the_main_process_only() -> None:
     """``log = logs.open_log(...)`` of ``logs.py``'s ``return open(path, "w")``, written through
-    each epoch on every rank: the file-flow owner follows the program's function (its
-    ``handle_openers``) and reports the handle where the script keeps it (ACC916). Opened on the
-    main process only, the other module's function would run there alone, with what its own
-    conversion adds (the barrier after its ``os.makedirs``): the other ranks would never reach it."""
-    train = TRAINING.replace("import torch\n", "import logs\nimport torch\n", 1).replace(
-        'log = open("train.log", "w")', 'log = logs.open_log("runs", "train.log")'
-    )
-    logs_module = ProgramModule("logs", cst.parse_module(OPENER_MODULE), OPENER_MODULE, False)
-    outcomes = convert_program(
-        [ProgramModule("train", cst.parse_module(train), train, False), logs_module], "train", Options()
-    )
+    each epoch on every rank and read back by no one: the file-flow owner follows the program's
+    function (its ``handle_openers``) and tells the program (``main_process_openers_out``); the
+    opener opens the file on the main process only (``os.devnull`` on the others), with the
+    accelerator handed in, and every rank calls it, so the barrier after its ``os.makedirs`` is
+    reached by all (before, reported: ACC916, every rank writing the file)."""
     opener = analyse(cst.parse_module(OPENER_MODULE), OPENER_MODULE)
     assert dict(opener.handle_openers) == {"open_log": "w"}
-    reported = [(c.line, c.message) for c in outcomes["train"].changes if c.code == "ACC916"]
-    assert [line for line, message in reported if HANDLE_OPENED_ELSEWHERE in message] == [OPEN_LINE + 1]
-    assert '    log = logs.open_log("runs", "train.log"' in outcomes["train"].module.code
-    assert "os.devnull" not in outcomes["train"].module.code
+    train, logs, reported = _convert_with(_opened_by('log = logs.open_log("runs", "train.log")'), "logs", OPENER_MODULE)
+    assert reported == []
+    assert '    log = logs.open_log("runs", "train.log", accelerator)\n' in train
+    assert "os.devnull" not in train
+    assert "def open_log(folder, name, accelerator):\n" in logs
+    assert '    return open(os.path.join(folder, name) if accelerator.is_main_process else os.devnull, "w")\n' in logs
+    # The folder is made on the main process, and every rank waits for it (all of them call here).
+    assert logs.index("accelerator.wait_for_everyone()") < logs.index("return open(")
+
+
+OPENER_CLASS_MODULE = code(
+    """
+    import os
+
+
+    class RunFolder:
+        def __init__(self, root):
+            self.root = root
+
+        def open_log(self, name, mode="w"):
+            handle = open(os.path.join(self.root, name), "w")
+            return handle
+    """
+)
+
+
+def test_a_handle_a_method_of_another_modules_class_opens_is_opened_there_on_the_main_process_only() -> None:
+    """``log = run.open_log(...)`` after ``run = runlog.RunFolder(...)``, whose method binds and
+    hands back ``open(path, "w")``: the class receives the accelerator and the method opens the
+    file on the main process only."""
+    opener = analyse(cst.parse_module(OPENER_CLASS_MODULE), OPENER_CLASS_MODULE)
+    assert dict(opener.handle_openers) == {"RunFolder.open_log": "w"}
+    source = _opened_by('run = runlog.RunFolder("runs")\n    log = run.open_log("train.log")', "import runlog\n")
+    train, runlog, reported = _convert_with(source, "runlog", OPENER_CLASS_MODULE)
+    assert reported == []
+    assert '    run = runlog.RunFolder("runs", accelerator)\n' in train
+    assert "os.devnull" not in train
+    assert "self.accelerator = accelerator" in runlog
+    assert (
+        'handle = open(os.path.join(self.root, name) if self.accelerator.is_main_process else os.devnull, "w")'
+        in runlog
+    )
+
+
+def test_a_handle_another_module_opens_with_w_plus_is_a_scratch_file_there_on_the_other_ranks() -> None:
+    other = OPENER_MODULE.replace('"w")', '"w+")')
+    train, logs, reported = _convert_with(_opened_by('log = logs.open_log("runs", "train.log")'), "logs", other)
+    assert reported == []
+    assert (
+        '    return open(os.path.join(folder, name), "w+") if accelerator.is_main_process '
+        'else tempfile.TemporaryFile("w+")\n'
+    ) in logs
+    assert "import tempfile\n" in logs
+
+
+@pytest.mark.parametrize("mode", ["a+", "ab+"])
+def test_a_handle_another_module_opens_to_read_back_through_it_stays_on_every_rank(mode: str) -> None:
+    """An opener's ``"a+"``: the handle reads back what the file held, which neither
+    ``os.devnull`` nor a scratch file on the other ranks has: the opener stays as written, and the
+    handle is reported where it is kept (ACC916)."""
+    other = OPENER_MODULE.replace('"w")', f'"{mode}")')
+    train, logs, reported = _convert_with(_opened_by('log = logs.open_log("runs", "train.log")'), "logs", other)
+    assert [line for line, message in reported if HANDLE_READ_THROUGH in message] == [OPEN_LINE + 1]
+    assert "os.devnull" not in train + logs
+    assert f'    return open(os.path.join(folder, name), "{mode}")\n' in logs
+
+
+def test_a_handle_another_module_opens_and_a_file_read_later_stays_on_every_rank() -> None:
+    """A read later in the run that may open the kept file (its path is the opener's business, so
+    any read may): the opener stays as written on every rank, reported where it is kept."""
+    source = _opened_by('log = logs.open_log("runs", "train.log")').replace(
+        "    log.close()\n", '    log.close()\n    print(open("runs/train.log").read())\n'
+    )
+    train, logs, reported = _convert_with(source, "logs", OPENER_MODULE)
+    assert [line for line, message in reported if HANDLE_READ_BACK in message] == [OPEN_LINE + 1]
+    assert "os.devnull" not in train + logs
+
+
+HISTORY_IN_MAIN = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class History:
+        def __init__(self, path):
+            self.losses = []
+            self.file = open(path, "w")
+
+        def record(self, epoch, loss):
+            self.losses.append(loss)
+            self.file.write(f"{epoch},{loss}\\n")
+
+        def best(self):
+            return min(self.losses)
+
+
+    def main():
+        history = History("history.csv")
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            for data, target in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+            history.record(epoch, loss.item())
+        print(history.best())
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_history_class_built_in_main_keeping_a_handle_receives_the_accelerator() -> None:
+    """A ``History`` (no training class: it records, writes, and hands back its best value, so no
+    file logger either) whose ``__init__`` keeps ``self.file = open(path, "w")``, built in
+    ``main()``: the owner of classes gives it the accelerator (``classes_keeping_handles``), so
+    the file is opened on the main process only. Before, the accelerator, a local of ``main()``,
+    did not reach ``__init__``: the file stayed on every rank, reported (ACC916)."""
+    facts = analyse(cst.parse_module(HISTORY_IN_MAIN), HISTORY_IN_MAIN)
+    assert "History" in facts.classes_opening_handles and "History" in facts.training_classes
+    output, changes = convert_text(HISTORY_IN_MAIN)
+    assert "    def __init__(self, path, accelerator):\n" in output
+    assert '        self.file = open(path if self.accelerator.is_main_process else os.devnull, "w")\n' in output
+    assert output.index("accelerator = Accelerator()") < output.index('history = History("history.csv", accelerator)')
+    assert _acc916(changes) == []
+    again, _ = convert_text(output)
+    assert again == output
+
+
+def test_a_history_class_built_by_module_code_reads_the_module_accelerator() -> None:
+    """Built by module-level code, the class reads the module's accelerator: it takes none."""
+    source = HISTORY_IN_MAIN.replace("def main():\n", "if True:\n").replace(
+        '\n\nif __name__ == "__main__":\n    main()\n', "\n"
+    )
+    output, changes = convert_text(source)
+    assert "    def __init__(self, path):\n" in output
+    assert '        self.file = open(path if accelerator.is_main_process else os.devnull, "w")\n' in output
+    assert _acc916(changes) == []
+
+
+def test_an_opener_another_call_uses_otherwise_stays_as_written() -> None:
+    """The opener is also called for a ``with`` block (``with logs.open_log(...) as f:``), whose
+    file this module may use otherwise: every call must keep the handle for writing alone, so the
+    opener stays as written."""
+    source = _opened_by('log = logs.open_log("runs", "train.log")').replace(
+        "    log.close()\n",
+        '    log.close()\n    with logs.open_log("runs", "done.txt") as done:\n        done.write("done\\n")\n',
+    )
+    _, logs, _ = _convert_with(source, "logs", OPENER_MODULE)
+    assert '    return open(os.path.join(folder, name), "w")\n' in logs

@@ -110,3 +110,70 @@ def test_a_model_class_never_constructed_here_does_not_stop_the_conversion() -> 
     output, changes = run(code(fit_class + usual_training.replace("Regressor()", "nn.Linear(8, 1)")))
     assert "accelerator.backward(loss)" in output
     assert "ACC925" not in {code for code, _ in changes}
+
+
+WRAPPING_TRAINER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class Trainer(nn.Module):
+    def __init__(self, net, lr):
+        super().__init__()
+        self.net = net
+        self.criterion = nn.MSELoss(){own_layer}
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=lr)
+
+    def forward(self, x, y):
+        return self.criterion(self.net(x), y)
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = self(x, y)
+        loss.backward()
+        self.optimizer.step()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    trainer = Trainer(Net(), 0.1)
+    for x, y in loader:
+        trainer.train_step(x, y)
+    print("done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_nn_module_trainer_holding_the_model_it_trains_is_a_training_class() -> None:
+    """An ``nn.Module`` trainer (faster-rcnn's ``FasterRCNNTrainer``) whose ``train_step`` runs
+    the backward, holding the network handed to it (``Trainer(Net(), lr)``) and no layer of its
+    own (a loss module aside): its parameters are the network's, so the trainer receives the
+    accelerator and prepares the network and the optimizer in ``__init__`` (before, ACC925 and
+    nothing converted)."""
+    output, changes = run(code(WRAPPING_TRAINER.replace("{own_layer}", "")))
+    assert "ACC925" not in {code for code, _ in changes}
+    assert "        self.net, self.optimizer = self.accelerator.prepare(self.net, self.optimizer)\n" in output
+    assert "        self.accelerator.backward(loss)\n" in output
+    assert "    trainer = Trainer(Net(), 0.1, accelerator)\n" in output
+
+
+def test_an_nn_module_trainer_with_layers_of_its_own_trains_itself() -> None:
+    """The same trainer with a layer of its own (``self.head = nn.Linear(...)``): a model
+    training itself, still reported (ACC925) and left as written."""
+    source = code(WRAPPING_TRAINER.replace("{own_layer}", "\n        self.head = nn.Linear(1, 1)"))
+    output, changes = run(source)
+    assert output == source
+    assert "ACC925" in {code for code, _ in changes}

@@ -364,6 +364,11 @@ class ScriptFacts(FactQuestions):
     #: Module-level functions returning a file they open for writing (``def open_log(path): return
     #: open(path, "w")``) → its mode: another module of the program calling one opens that file.
     handle_openers: Mapping[str, str] = field(default_factory=dict)
+    #: Handle openers of other program modules this module calls (absolute qualified names, a
+    #: method as ``module.Class.method``) → whether every handle such a call opens here is kept for
+    #: writing alone (read back by no one, no ``+`` mode): the program joins them, and the opener
+    #: opens its file on the main process only (``ProgramSeeds.opened_on_main_process``).
+    main_process_openers_out: Mapping[str, bool] = field(default_factory=dict)
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -755,6 +760,7 @@ class FactsDraft(FactQuestions):
     handles_left_on_every_rank: dict[tuple[int, int], str] = field(default_factory=dict)
     classes_opening_handles: set[str] = field(default_factory=set)
     handle_openers: dict[str, str] = field(default_factory=dict)
+    main_process_openers_out: dict[str, bool] = field(default_factory=dict)
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

@@ -396,6 +396,7 @@ class Program:
             path_writers=_qualified(facts, "path_parameter_writes"),
             path_readers=_qualified(facts, "path_parameter_reads"),
             handle_openers=_handle_openers(facts),
+            main_process_openers=_joined_calls_out(facts, "main_process_openers_out"),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories=_qualified_names(facts, "model_factories"),

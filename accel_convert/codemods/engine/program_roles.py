@@ -222,6 +222,9 @@ class Learnt:
     model_factories: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a file they open for writing → its mode.
     handle_openers: tuple[tuple[str, str], ...] = ()
+    #: Handle openers (qualified) called from another module → whether every such call keeps the
+    #: file for writing alone.
+    main_process_openers: dict[str, bool] = field(default_factory=dict)
     #: Methods (qualified) returning a new optimizer, program-wide.
     optimizer_methods: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a loader whose collate function joins the samples' rows.
@@ -257,6 +260,7 @@ class Learnt:
             path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
             handle_openers=tuple(entry for entry in self.handle_openers if entry[0] not in own),
+            opened_on_main_process=_own_callees_held(self.main_process_openers, name, shape),
             per_batch_file_writers=tuple(entry for entry in self.per_batch_file_writers if entry[0] not in own),
             unsharded_parameters=frozenset(self.received.unsharded.get(name, set())),
             built_in_every_call=frozenset(
@@ -273,11 +277,7 @@ class Learnt:
             logger_parameters=frozenset(self.received.loggers.get(name, set())),
             logger_callees=frozenset(self.received.logger_callees),
             called_from_elsewhere=_own_verdicts(self.per_process_calls, name, shape),
-            fed_from_elsewhere=frozenset(
-                function
-                for qualified, fed in self.training_calls.items()
-                if fed and (function := _own_callee(qualified, name, shape)) is not None
-            ),
+            fed_from_elsewhere=_own_callees_held(self.training_calls, name, shape),
             evaluated_from_elsewhere=_own_verdicts(self.evaluating_calls, name, shape),
         )
 
@@ -292,6 +292,11 @@ def _own_verdicts(verdicts: dict[str, bool], name: str, shape: ModuleShape) -> t
             if (function := _own_callee(qualified, name, shape)) is not None
         )
     )
+
+
+def _own_callees_held(verdicts: dict[str, bool], name: str, shape: ModuleShape) -> frozenset[str]:
+    """Module ``name``'s own callees (keyed as :func:`_own_callee` names them) whose verdict holds."""
+    return frozenset(function for function, verdict in _own_verdicts(verdicts, name, shape) if verdict)
 
 
 def _own_callee(qualified: str, name: str, shape: ModuleShape) -> str | None:

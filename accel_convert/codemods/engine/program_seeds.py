@@ -87,6 +87,10 @@ class ProgramSeeds:
     #: (``def open_log(path): return open(path, "w")``), with its mode: a call of one here opens
     #: that file (``codemods.model.file_flow.opened_handle_mode``).
     handle_openers: tuple[tuple[str, str], ...] = ()
+    #: This module's handle openers (a function, or ``Class.method``) every module calling them keeps
+    #: the file they open for writing alone: they open it on the main process only (``os.devnull``
+    #: on the others; ``codemods.model.file_flow.kept_handles``).
+    opened_on_main_process: frozenset[str] = frozenset()
     #: Functions of the other modules (qualified) whose evaluation over the loader one of their
     #: parameters holds writes a file per batch (position, name): a loader built here and passed
     #: there stays unprepared, so every file is written.

@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.facts import callers_closure
+from accel_convert.codemods.engine.facts import MODULE, callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
@@ -16,6 +16,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     is_plain_class,
     nodes_in,
+    parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES
 from accel_convert.codemods.model.calls import step_calls
@@ -39,8 +40,10 @@ def find_training_classes(a: Analysis) -> list[str]:
     for name, owner in a.r.classes.items():
         methods = {method for owner_name, method in a.backward_methods if owner_name == name}
         if methods and name in models and models[name] & set(a.constructions):
-            a.facts.self_training_models.add(name)
-            continue
+            if not _wraps_a_model(a, name, owner, set(models)):
+                a.facts.self_training_models.add(name)
+                continue
+            models.pop(name)  # a trainer holding the model it trains: a training class
         methods = _methods_needing_the_accelerator(a, name, methods, not_printers)
         if _takes_the_accelerator(a, name, owner, methods, inherited=name in trains_through_a_base):
             found.append(name)
@@ -53,6 +56,48 @@ def find_training_classes(a: Analysis) -> list[str]:
     ]
     found += _classes_building_training_classes(a, found, set(models))
     return sorted(found, key=lambda name: a.constructions[name][0].order if name in a.constructions else 0)
+
+
+def _wraps_a_model(a: Analysis, name: str, owner: ClassRecord, models: AbstractSet[str]) -> bool:
+    """Whether the ``nn.Module`` class ``name``, whose own method runs a backward, is a trainer
+    holding the model it trains rather than a model training itself: its ``__init__`` keeps, as
+    an attribute, a model of the file handed in (``self.net = net``, every construction passing
+    a new model: ``Trainer(Net(), lr)``) or built there (``self.net = Net()``), and builds no layer
+    of its own (no ``torch.nn`` module but a loss). Its parameters are the held model's: preparing
+    that model (in ``__init__``, as a training class does) synchronises the training, where
+    wrapping the trainer would hide its methods behind DDP."""
+    instance = owner.self_names.get("__init__")
+    if instance is None or owner.init_params is None:
+        return False
+    held = False
+    for assign in a.r.assigns:
+        if assign.scope != (name, "__init__"):
+            continue
+        value = assign.value
+        if isinstance(value, cst.Call):
+            qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False) or ""
+            if qualified.startswith("torch.nn.") and not qualified.endswith("Loss"):
+                return False  # a layer of its own
+            held = held or (dotted(value.func) in models and any(t.startswith(f"{instance}.") for t in assign.targets))
+        elif isinstance(value, cst.Name) and value.value in owner.init_params:
+            held = held or _handed_a_new_model(a, name, owner.init_params.index(value.value), models)
+    return held
+
+
+def _handed_a_new_model(a: Analysis, name: str, position: int, models: AbstractSet[str]) -> bool:
+    """Whether every construction of class ``name`` passes, at ``__init__``'s parameter at
+    ``position``, a new model of the file built right in the call (``Trainer(Net(), lr)``)."""
+    params = a.r.classes[name].init_params or ()
+    calls = a.constructions.get(name, [])
+    found = bool(calls)
+    for call in calls:
+        filled = [
+            arg.value
+            for index, arg in enumerate(call.node.args)
+            if not arg.star and parameter_filled(arg, index, params) == params[position]
+        ]
+        found = found and len(filled) == 1 and isinstance(filled[0], cst.Call) and dotted(filled[0].func) in models
+    return found
 
 
 def _classes_building_training_classes(a: Analysis, found: Sequence[str], models: AbstractSet[str]) -> list[str]:
@@ -108,11 +153,16 @@ def _methods_needing_the_accelerator(
     (``training``) or looping over a loader; for a library's class the program hands the prepared
     model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model); for a
     library's console logger the accelerator reaches (not one of ``not_printers``), those that
-    print."""
+    print; for a library's class the accelerator reaches, the methods handing back a file the
+    program opens on the main process only."""
     methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
     methods |= _methods_handing_loaders_to_loops(a, name)
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
         methods = _saving_methods(a, name)
+    if a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches:
+        # A method handing back a file it opens, which the program opens on the main process only
+        # (the seeds' ``opened_on_main_process``: ``RunFolder.open_log``), reads the accelerator.
+        methods |= {own.partition(".")[2] for own in a.seeds.opened_on_main_process if own.partition(".")[0] == name}
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches:
         # Not a dataset, whose instance goes to the loader's worker processes, nor a model, which
         # prints on the main process by the rank test instead: neither keeps the accelerator.
@@ -192,6 +242,30 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
             methods
             and _saved_at_construction(a, name, owner, methods)
             and _takes_the_accelerator(a, name, owner, methods, inherited=False)
+        ):
+            found.append(name)
+    return found
+
+
+def classes_keeping_handles(a: Analysis) -> list[str]:
+    """The file's classes (not models, not training classes) whose ``__init__`` keeps a file the
+    main process alone writes (the file-flow owner's ``classes_opening_handles``: a ``History``
+    recording each epoch into ``self.file = open(path, "w")``), every construction of which is
+    where the accelerator reaches (``history = History(...)`` in ``main()``): they receive the
+    accelerator as a training class does, so that ``__init__`` opens the file on the main process
+    only (``os.devnull`` on the others). Before, the accelerator, a local of ``main()``, did not
+    reach ``__init__``: the file stayed on every rank, reported (ACC916). Built by module-level
+    code, the class reads the module's accelerator already. After the home is settled."""
+    facts = a.facts
+    found = []
+    for name in sorted(facts.classes_opening_handles):
+        owner, calls = a.r.classes.get(name), a.constructions.get(name, [])
+        if owner is None or name in facts.training_classes or name in facts.model_classes or not calls:
+            continue
+        if all(call.function == MODULE for call in calls):
+            continue  # module-level code: ``__init__`` reads the module's accelerator
+        if all(call.function in facts.accessible_functions for call in calls) and _takes_the_accelerator(
+            a, name, owner, {"__init__"}, inherited=False
         ):
             found.append(name)
     return found

@@ -294,16 +294,17 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 
 #: Why a kept file stays on every rank (``ScriptFacts.handles_left_on_every_rank``).
 HANDLE_READ_BACK = "read back later in the run"
-HANDLE_READ_THROUGH = "read through the handle itself (a '+' mode)"
-HANDLE_OPENED_ELSEWHERE = (
-    "opened by a function of another module of the program (which runs on every rank, its own "
-    "rewrites and barriers included: open the file on the main process only there, or here)"
-)
+HANDLE_READ_THROUGH = "reading what the file held through the handle itself (an 'r+' or 'a+' mode)"
 
 
 @provider(
-    needs=("call_graph", "file_logger_classes"),
-    provides=("handles_main_process_writes", "handles_left_on_every_rank", "classes_opening_handles"),
+    needs=("call_graph", "file_logger_classes", "handle_openers"),
+    provides=(
+        "handles_main_process_writes",
+        "handles_left_on_every_rank",
+        "classes_opening_handles",
+        "main_process_openers_out",
+    ),
 )
 def kept_handles(a: Analysis) -> None:
     """Each file opened for writing and bound to a name (a local, a module global, an instance's
@@ -320,25 +321,33 @@ def kept_handles(a: Analysis) -> None:
     the class whose ``__init__`` opens it (``classes_opening_handles``); elsewhere it stays on
     every rank, and the rule reports it (``handles_left_on_every_rank``: why). A handle written
     only under a test of a rank (``if rank == 0: log.write(...)``) is the script's own choice, and
-    a logger class's (:func:`file_loggers`) is built on the main process only."""
+    a logger class's (:func:`file_loggers`) is built on the main process only.
+
+    A handle another module's function (or a method of its class) opens and hands back
+    (``log = logs.open_log(folder, name)``, ``log = runs.open_log(name)``) is opened there: where
+    it is kept for writing alone here, the call is one of ``handles_main_process_writes`` (the
+    accelerator is created above it) and the program is told so (``main_process_openers_out``);
+    where every module calling the opener agrees, the opener opens the file on the main process
+    only (its own open, in ``handles_main_process_writes`` of that module: the seeds'
+    ``opened_on_main_process``), and every rank calls it, so its own barriers are reached by all."""
+    _returned_opens_on_main_process(a)
     handles = [
         (assign, call, handle)
         for assign, call in _handle_opens(a)
         if (handle := _handle_key(a, assign)) is not None and _written_on_every_rank(a, assign, handle)
     ]
+    _openers_called_otherwise(a, {id(call.node) for _, call, _ in handles})
     if not handles:
         return
     reads = [*_accesses(a, CHECKPOINT_READS), *_file_reads(a)]
     order = _RunOrder(a)
     for assign, call, _ in handles:
         site = a.site(call.node)
-        mode = opened_handle_mode(a.facts, call.node, assign.scope) or ""
+        mode = _handle_mode(a, call) or ""
         # What another module's function opens may be any file (its path is its own business).
         opened_here = a.facts.opens_for_writing(call.node, assign.scope)
         written = _access(a, call, argument_for(call.node, 0, "file") if opened_here else None)
-        if not opened_here:
-            a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_OPENED_ELSEWHERE
-        elif "+" in mode:
+        if other_ranks_file(mode) is None:
             a.facts.handles_left_on_every_rank[(site.line, site.column)] = HANDLE_READ_THROUGH
         elif any(
             read.line != written.line
@@ -351,6 +360,73 @@ def kept_handles(a: Analysis) -> None:
             a.facts.handles_main_process_writes.add((site.line, site.column))
             if assign.scope[1:] == ("__init__",) and assign.scope[0] in a.r.classes:
                 a.facts.classes_opening_handles.add(assign.scope[0])
+        if not opened_here:
+            _opener_verdict(a, call, (site.line, site.column) in a.facts.handles_main_process_writes)
+
+
+def _opener_verdict(a: Analysis, call: CallRecord, main_only: bool) -> None:
+    """Tell the program whether this call of another module's handle opener keeps its file for
+    writing alone (``main_only``), joined with the module's other calls of it."""
+    opener = _opener_called(a, call)
+    if opener is not None:
+        a.facts.main_process_openers_out[opener] = a.facts.main_process_openers_out.get(opener, True) and main_only
+
+
+def _openers_called_otherwise(a: Analysis, kept: set[int]) -> None:
+    """Any call of a handle opener but those of ``kept`` handles (``with logs.open_log(...) as
+    f:``, a handle written under a test of a rank) keeps the opener as written: the file may be
+    used otherwise there."""
+    for call in a.r.calls if a.seeds is not None and a.seeds.handle_openers else ():
+        if id(call.node) not in kept:
+            _opener_verdict(a, call, False)
+
+
+def _returned_opens_on_main_process(a: Analysis) -> None:
+    """The ``open`` calls of this module's handle openers that every module calling them keeps
+    for writing alone (the seeds' ``opened_on_main_process``): the main process alone writes them."""
+    own = a.seeds.opened_on_main_process if a.seeds is not None else frozenset()
+    for key, _, value in _returned_opens(a) if own else ():
+        if key in own:
+            site = a.site(value)
+            a.facts.handles_main_process_writes.add((site.line, site.column))
+
+
+def _returned_opens(a: Analysis) -> Iterator[tuple[str, ScopeKey, cst.Call]]:
+    """(key, scope, ``open`` call) of each module-level function or method of a module-level
+    class returning a file it opens for writing: ``return open(path, "w")``, or ``return f`` of
+    the one ``f = open(path, "w")`` it binds; keyed by the function's name, or
+    ``Class.method``."""
+    returned: list[tuple[str, ScopeKey, cst.BaseExpression]] = [
+        (function, (function,), value) for function, value in a.r.returns if function in a.r.defs
+    ]
+    returned += [
+        (".".join(scope), scope, value)
+        for scope, value in a.r.method_returns
+        if value is not None and len(scope) == 2 and scope[0] in a.r.classes
+    ]
+    for key, scope, value in returned:
+        if isinstance(value, cst.Name):
+            bound = [assign.value for assign in a.r.assigns if assign.scope == scope and value.value in assign.targets]
+            value = bound[0] if len(bound) == 1 else value
+        if isinstance(value, cst.Call) and a.facts.opens_for_writing(value, scope):
+            yield key, scope, value
+
+
+def _opener_called(a: Analysis, call: CallRecord) -> str | None:
+    """The handle opener of another module of the program (qualified) a call runs: a function
+    (``logs.open_log(...)``), or a method of an instance of its class (``runs.open_log(...)``
+    after ``runs = logs.RunFolder(...)``: ``logs.RunFolder.open_log``); None for any other call."""
+    seeds = a.seeds
+    openers = dict(seeds.handle_openers) if seeds is not None else {}
+    direct = program_callee(a.facts, call.node.func, call.scope)
+    if direct in openers:
+        return direct
+    func = call.node.func
+    if not isinstance(func, cst.Attribute) or direct is not None:
+        return None
+    owner = _program_target(a, call)
+    method = None if owner is None else f"{owner}.{func.attr.value}"
+    return method if method in openers else None
 
 
 def opened_handle_mode(facts: FactQuestions, node: cst.BaseExpression, scope: ScopeKey) -> str | None:
@@ -363,6 +439,36 @@ def opened_handle_mode(facts: FactQuestions, node: cst.BaseExpression, scope: Sc
     if seeds is None or not seeds.handle_openers or not isinstance(node, cst.Call):
         return None
     return dict(seeds.handle_openers).get(program_callee(facts, node.func, scope) or "")
+
+
+def _handle_mode(a: Analysis, call: CallRecord) -> str | None:
+    """:func:`opened_handle_mode`, a method of another module's class handing back a file it opens
+    (:func:`_opener_called`) included."""
+    mode = opened_handle_mode(a.facts, call.node, call.scope)
+    if mode is not None or a.seeds is None:
+        return mode
+    opener = _opener_called(a, call)
+    return None if opener is None else dict(a.seeds.handle_openers).get(opener)
+
+
+#: What the processes but the main one open where the main process alone writes a file
+#: (:func:`other_ranks_file`): ``os.devnull``, or a scratch file of their own.
+DEVNULL = "devnull"
+SCRATCH = "scratch"
+
+
+def other_ranks_file(mode: str) -> str | None:
+    """What the processes but the main one open where the main process alone opens a file for
+    writing in ``mode``: ``os.devnull`` (:data:`DEVNULL`, in :func:`devnull_mode`) where nothing
+    is read back through the handle; where a ``"+"`` mode reads back through it what was written
+    into a file it empties or creates (``"w+"``, ``"x+"``), a scratch file of their own
+    (:data:`SCRATCH`: ``tempfile.TemporaryFile`` in :func:`devnull_mode`), so that each reads back
+    what it wrote, as on one process (``os.devnull`` reads back nothing); None where it reads
+    what the file held before (``"r+"``, ``"a+"``): only the real file holds it, so the file stays
+    on every rank."""
+    if "+" not in mode:
+        return DEVNULL
+    return SCRATCH if "w" in mode or "x" in mode else None
 
 
 def devnull_mode(mode: str) -> str:
@@ -379,7 +485,7 @@ def _handle_opens(a: Analysis) -> Iterator[tuple[AssignRecord, CallRecord]]:
     calls = {id(call.node): call for call in a.r.calls}
     for assign in a.r.assigns:
         call = calls.get(id(assign.value))
-        if call is None or len(assign.targets) != 1 or opened_handle_mode(a.facts, assign.value, assign.scope) is None:
+        if call is None or len(assign.targets) != 1 or _handle_mode(a, call) is None:
             continue
         if assign.scope and assign.scope[0] in a.facts.file_logger_classes:
             continue
@@ -459,19 +565,11 @@ def kept_files(a: Analysis) -> None:
     a.facts.creates_folders = any(
         a.r.names.qualified_name(call.node.func, call.scope) in FOLDER_FUNCTIONS for call in a.r.calls
     )
-    # A module-level function handing back a file it opens for writing (``def open_log(path):
-    # return open(path, "w")``, or the name it binds it to): a call of it from another module of
-    # the program opens the file there (:func:`opened_handle_mode`).
-    for function, value in a.r.returns:
-        if function not in a.r.defs:
-            continue
-        if isinstance(value, cst.Name):
-            bound = [
-                assign.value for assign in a.r.assigns if assign.scope == (function,) and value.value in assign.targets
-            ]
-            value = bound[0] if len(bound) == 1 else value
-        if a.facts.opens_for_writing(value, (function,)):
-            a.facts.handle_openers[function] = a.facts.open_mode(value, (function,)) or "w"
+    # A module-level function (or a method of a module-level class) handing back a file it opens
+    # for writing (``def open_log(path): return open(path, "w")``, or the name it binds it to): a
+    # call of it from another module of the program opens the file there (:func:`kept_handles`).
+    for key, scope, value in _returned_opens(a):
+        a.facts.handle_openers[key] = a.facts.open_mode(value, scope) or "w"
 
 
 @provider(

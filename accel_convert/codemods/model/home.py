@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.model.calls import nested_function
 from accel_convert.codemods.model.classes import (
     class_prepare,
+    classes_keeping_handles,
     classes_saving_handed_models,
     find_training_classes,
     library_training_classes,
@@ -58,6 +59,7 @@ from accel_convert.codemods.model.state import Analysis
         "loader_classes",
         "loader_factories",
         "bundle_attributes",
+        "classes_opening_handles",
     ),
     provides=(
         "home_kind",
@@ -108,7 +110,7 @@ def _home_block(a: Analysis) -> None:
         home = _home_by_what_it_binds(a)
     _settle_home(a, *_block_that_can_hold_it(a, home, in_guard))
     a.facts.training_functions |= _nested_optimizer_builders(a)
-    savers = classes_saving_handed_models(a)
+    savers = classes_saving_handed_models(a) + classes_keeping_handles(a)
     a.facts.training_classes.update(savers)
     a.facts.accessible_functions |= a.reachable(set(savers))
 

@@ -82,6 +82,7 @@ PROVIDERS: tuple[Provider, ...] = (
     loaders.joined_rows_loaders,
     models.models_trained_by_hand,
     roles.per_epoch_schedulers,
+    file_flow.kept_handles,
     home.home,
     classes.training_method_lines,
     classes.dataset_classes,
@@ -94,7 +95,6 @@ PROVIDERS: tuple[Provider, ...] = (
     locality.breaks,
     locality.per_process_paths,
     locality.shared_draws,
-    file_flow.kept_handles,
     plan.conversion_plan,
     loops.planned_evaluation_batches,
 )

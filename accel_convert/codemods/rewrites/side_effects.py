@@ -33,12 +33,16 @@ open(f"./saved_models/{name}/log_train.txt", "a")`` in ``train()``, a notebook's
 ``log``, a trainer's ``self.log = open(path, "a")`` in ``__init__``), written on every rank, is
 opened on the main process only the same way, ``os.devnull`` on the others, with no barrier: the
 program model's file flow says that no code reads the file back (a file created exclusively,
-``"x"``, gets ``os.devnull`` opened with ``"w"`` on the others: it exists). The accelerator is
-created above such an ``open`` (the conversion plan). Where code may read it back, it is read
-through the handle (``"a+"``), another module's function opens it (``log =
-logs.open_log(path)``), not every rank reaches the ``open``, or no accelerator reaches it (a
-function it does not reach), it stays on every rank and is reported (ACC916). A handle the
-script writes only under a test of its rank (``if args.rank == 0:``) stays as it is.
+``"x"``, gets ``os.devnull`` opened with ``"w"`` on the others: it exists; one read back through
+the handle, ``"w+"``, a scratch file of their own, ``tempfile.TemporaryFile("w+")``, so each reads
+back what it wrote). The accelerator is created above such an ``open`` (the conversion plan). A
+handle another module's function (or method) opens and hands back (``log =
+logs.open_log(path)``) is opened there the same way, where every module calling it keeps it so:
+every rank calls the opener, which takes the accelerator. Where code may read it back, it reads
+back through the handle what the file held (``"a+"``), not every rank reaches the ``open``, or no
+accelerator reaches it (a function it does not reach), it stays on every rank and is reported
+(ACC916). A handle the script writes only under a test of its rank (``if args.rank == 0:``) stays
+as it is.
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
@@ -103,9 +107,11 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.file_flow import (
     HANDLE_READ_BACK,
+    HANDLE_READ_THROUGH,
+    SCRATCH,
     devnull_mode,
     file_logger_class,
-    opened_handle_mode,
+    other_ranks_file,
 )
 from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import (
@@ -869,10 +875,13 @@ class SideEffectsCodemod(Rule):
         lines = facts.lines_mentioning(words) | {line for line, _ in facts.loggers_built_in_calls}
         rewriter = _MainProcessGuard(facts, lines, _trackers_read(module, facts))
         new_module = module.visit(rewriter)
-        if rewriter.devnull_used and not imports_module(new_module, "os"):
-            new_module = add_import(
-                new_module, cast(cst.SimpleStatementLine, cst.parse_statement("import os")), options.import_style
-            )
+        for used, name in ((rewriter.devnull_used, "os"), (rewriter.tempfile_used, "tempfile")):
+            if used and not imports_module(new_module, name):
+                new_module = add_import(
+                    new_module,
+                    cast(cst.SimpleStatementLine, cst.parse_statement(f"import {name}")),
+                    options.import_style,
+                )
         return new_module, rewriter.changes(module)
 
 
@@ -901,6 +910,7 @@ class _MainProcessGuard(RuleTransformer):
         self._opened_on_main_process: list[bool] = []
         #: Whether a file was opened so (the module needs ``import os``).
         self.devnull_used = False
+        self.tempfile_used = False
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
@@ -949,20 +959,29 @@ class _MainProcessGuard(RuleTransformer):
             "file opened for writing on the main process only (os.devnull on the others): the block runs on every rank",
             True,
         )
-        self.devnull_used = True
         barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
         return cst.FlattenSentinel([updated_node.with_changes(items=items), barrier])
 
     def _opens_for_every_rank(self, node: cst.With) -> bool:
         """Whether ``node`` opens a file for writing around work the processes do together, where
         the accelerator is and every rank reaches it."""
-        return (
+        opened = [item.item for item in node.items if self._opens_on_every_rank(item.item)]
+        if not (
             not self._guarded_depth
-            and any(self._opens_on_every_rank(item.item) for item in node.items)
+            and bool(opened)
             and self.accelerator_reachable()
             and self.every_rank_reaches_here()
             and holds_work_of_every_rank(node, self.facts)
-        )
+        ):
+            return False
+        # Not a file whose earlier content the block may read back through it (``"a+"``, ``"r+"``):
+        # the file-flow owner keeps it on every rank, and it is reported.
+        if any(other_ranks_file(self.facts.open_mode(call, self.scope) or "w") is None for call in opened):
+            self.findings.add(
+                node, "ACC916", f"{KEPT_FILE_LEFT}, {HANDLE_READ_THROUGH}: {KEPT_FILE_LEFT_EFFECT}", False
+            )
+            return False
+        return True
 
     def _opens_on_every_rank(self, call: cst.BaseExpression) -> bool:
         """``open(path, "w")``, not ``open(path if <main process> else os.devnull, "w")`` (a
@@ -989,6 +1008,8 @@ class _MainProcessGuard(RuleTransformer):
         reason = self.facts.handles_left_on_every_rank.get((site.line, site.column))
         if reason is None and (site.line, site.column) not in self.facts.handles_main_process_writes:
             return None
+        if reason is None and self._opened_elsewhere(call):
+            return None  # the other module's opener opens it on the main process only
         if reason is None and not self.every_rank_reaches_here():
             if any(isinstance(node, cst.If) and names_rank(node.test) for node in self._anchors):
                 return None
@@ -997,7 +1018,7 @@ class _MainProcessGuard(RuleTransformer):
             self.findings.add(original, "ACC916", f"{KEPT_FILE_LEFT}, {reason}: {KEPT_FILE_LEFT_EFFECT}", False)
             return None
         assert isinstance(statement, cst.SimpleStatementLine)
-        assign = cast(cst.Assign, statement.body[0])
+        small = cast(cst.Assign | cst.Return, statement.body[0])
         self.findings.add(
             original,
             SideEffectsCodemod.code,
@@ -1005,16 +1026,16 @@ class _MainProcessGuard(RuleTransformer):
             "through it",
             True,
         )
-        self.devnull_used = True
-        return statement.with_changes(body=[assign.with_changes(value=self._opened_where_main(assign.value))])
+        return statement.with_changes(body=[small.with_changes(value=self._opened_where_main(call))])
 
     def _kept_handle_open(self, statement: cst.BaseStatement) -> cst.Call | None:
-        """The ``open`` call of ``name = open(path, "w")`` as the script wrote it (not a file of
-        this process alone, nor opened on the main process already: a converted script)."""
+        """The ``open`` call of ``name = open(path, "w")`` (or of ``return open(path, "w")``, in a
+        function handing the file to its callers) as the script wrote it (not a file of this
+        process alone, nor opened on the main process already: a converted script)."""
         if not isinstance(statement, cst.SimpleStatementLine) or self.writes_per_rank_here():
             return None
         small = statement.body[0]
-        if len(statement.body) != 1 or not isinstance(small, cst.Assign):
+        if len(statement.body) != 1 or not isinstance(small, (cst.Assign, cst.Return)) or small.value is None:
             return None
         if not self._opens_on_every_rank(small.value) and not self._opened_elsewhere(small.value):
             return None
@@ -1022,21 +1043,30 @@ class _MainProcessGuard(RuleTransformer):
         return None if paths and names_in(small.value) & paths else cast(cst.Call, small.value)
 
     def _opened_elsewhere(self, value: cst.BaseExpression) -> bool:
-        """A call of another module's function returning a file it opens for writing
-        (``logs.open_log(path)``): the file-flow owner keeps it on every rank, to be reported."""
-        return (
-            not self.facts.opens_for_writing(value, self.scope)
-            and opened_handle_mode(self.facts, value, self.scope) is not None
-        )
+        """A call of another module's function (or method) returning a file it opens for writing
+        (``logs.open_log(path)``) that the file-flow owner says is kept: opened on the main
+        process only by the opener, or left on every rank (reported)."""
+        if not isinstance(value, cst.Call) or self.facts.opens_for_writing(value, self.scope):
+            return False
+        site = self.site(value)
+        key = (site.line, site.column)
+        return key in self.facts.handles_main_process_writes or key in self.facts.handles_left_on_every_rank
 
     def _opened_where_main(self, call: cst.BaseExpression) -> cst.BaseExpression:
         """``open(path, "w")`` → ``open(path if <main process> else os.devnull, "w")``; where
         ``os.devnull`` opens in another mode (the file-flow owner's :func:`devnull_mode`: ``"x"``
-        → ``"w"``), ``open(path, "x") if <main process> else open(os.devnull, "w")``."""
+        → ``"w"``), ``open(path, "x") if <main process> else open(os.devnull, "w")``; where the
+        others read back through the handle what they wrote (``"w+"``: the owner's
+        :func:`other_ranks_file`), ``open(path, "w+") if <main process> else
+        tempfile.TemporaryFile("w+")``."""
         assert isinstance(call, cst.Call)
         devnull = cst.Attribute(cst.Name("os"), cst.Name("devnull"))
         mode = self.facts.open_mode(call, self.scope) or "w"
         first = call.args[0]
+        if other_ranks_file(mode) == SCRATCH:
+            self.tempfile_used = True
+            return cst.IfExp(test=self._main_process(), body=call, orelse=_scratch_file(call, devnull_mode(mode)))
+        self.devnull_used = True
         if devnull_mode(mode) == mode:
             where = cst.IfExp(test=self._main_process(), body=first.value, orelse=devnull)
             return call.with_changes(args=[first.with_changes(value=where), *call.args[1:]])
@@ -1699,6 +1729,24 @@ KEPT_HANDLE_UNREACHABLE = (
     "lines into it, one rank's over or after another's; open it where the accelerator is, on the main process only "
     "(open(path if accelerator.is_main_process else os.devnull, ...))"
 )
+
+
+#: ``open``'s parameters after the mode that ``tempfile.TemporaryFile`` takes too, in ``open``'s order.
+_SCRATCH_PARAMETERS = ("buffering", "encoding", "errors", "newline")
+
+
+def _scratch_file(call: cst.Call, mode: str) -> cst.Call:
+    """``tempfile.TemporaryFile(mode, ...)`` for ``open(path, mode, ...)``: a file of this process
+    alone, opened as ``call`` opens its file (its buffering, encoding, errors and newline, by
+    keyword; the rest, ``closefd``, ``opener``, concern the real file only)."""
+    args: list[cst.Arg] = [cst.Arg(cst.SimpleString(f'"{mode}"'))]
+    for index, arg in enumerate(call.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if keyword is None and 2 <= index < 2 + len(_SCRATCH_PARAMETERS):
+            keyword = _SCRATCH_PARAMETERS[index - 2]
+        if keyword in _SCRATCH_PARAMETERS:
+            args.append(cst.Arg(arg.value, keyword=cst.Name(keyword), equal=TIGHT_EQUAL))
+    return cst.Call(cst.Attribute(cst.Name("tempfile"), cst.Name("TemporaryFile")), args)
 
 
 def _mode_literal(literal: cst.BaseExpression, mode: str) -> cst.SimpleString:
