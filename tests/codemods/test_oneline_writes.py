@@ -60,7 +60,9 @@ def test_a_write_on_one_line_runs_on_the_main_process(setup: str) -> None:
 
 
 def test_a_folder_made_on_one_line_is_waited_for() -> None:
-    text, _ = converted_stably(SCRIPT.format(imports="", setup="if not os.path.exists(save_dir): os.makedirs(save_dir)", logging="pass"))
+    text, _ = converted_stably(
+        SCRIPT.format(imports="", setup="if not os.path.exists(save_dir): os.makedirs(save_dir)", logging="pass")
+    )
     made = text.index("os.makedirs(save_dir)")
     assert text.index("accelerator.wait_for_everyone()", made) > made
 
@@ -76,7 +78,9 @@ def test_tensorboard_logger_logs_on_the_main_process() -> None:
 
 def test_a_visdom_tracker_is_built_and_used_on_the_main_process() -> None:
     text, _ = converted_stably(
-        SCRIPT.format(imports="import visdom", setup="viz = visdom.Visdom()", logging="viz.line([loss.item()], [epoch])")
+        SCRIPT.format(
+            imports="import visdom", setup="viz = visdom.Visdom()", logging="viz.line([loss.item()], [epoch])"
+        )
     )
     assert "viz = visdom.Visdom() if accelerator.is_main_process else None" in text
     assert "if accelerator.is_main_process:\n            viz.line([loss.item()], [epoch])" in text
