@@ -13,6 +13,7 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.names import BuiltinOf
+from accel_convert.codemods.engine.torch_names import ROW_JOINS
 from accel_convert.codemods.engine.walk import child_nodes, walk
 
 #: libcst's two kinds of statement; both carry ``leading_lines``, which BaseStatement does not declare.
@@ -632,10 +633,6 @@ def forward_python_outputs(class_def: cst.ClassDef, builtin: BuiltinOf) -> froze
     return _returned_positions(forward, lambda value: python_value(value, builtin))
 
 
-#: Calls joining tensors along their first dimension: the rows of every tensor they are given.
-_ROW_JOINS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
-
-
 def concatenated_rows(
     function: cst.FunctionDef, qualified: Callable[[cst.BaseExpression], str | None]
 ) -> frozenset[int]:
@@ -646,7 +643,7 @@ def concatenated_rows(
     stack, not counted. ``qualified``: the qualified name of a callee inside ``function``."""
 
     def joins_rows(value: cst.BaseExpression) -> bool:
-        if not (isinstance(value, cst.Call) and value.args and qualified(value.func) in _ROW_JOINS):
+        if not (isinstance(value, cst.Call) and value.args and qualified(value.func) in ROW_JOINS):
             return False
         joined = value.args[0].value
         return not (isinstance(joined, (cst.ListComp, cst.GeneratorExp)) and _one_row(joined.elt))

@@ -524,6 +524,9 @@ def is_loss_function(qualified: str) -> bool:
     return module == "torch.nn.functional" and (name.endswith("_loss") or name in _FUNCTIONAL_LOSSES)
 
 
+#: Calls joining tensors along their first dimension: the rows of every tensor they are given (a
+#: collate function's ``torch.cat(boxes, 0)`` of every image's boxes).
+ROW_JOINS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 #: Functions joining a list of per-batch arrays into one array of samples.
 CONCATENATIONS = frozenset(
     {
