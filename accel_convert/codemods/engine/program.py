@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import libcst as cst
 
@@ -361,11 +362,7 @@ class Program:
             reaches=self._accelerator_reaches([*calls, *values], facts),
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),
-            loader_tuple_factories={
-                f"{name}.{function}": length
-                for name, module_facts in facts.items()
-                for function, length in module_facts.loader_tuple_factories.items()
-            },
+            loader_tuple_factories=_qualified_mapping(facts, "loader_tuple_factories"),
             looping=looping,
             backward=backward,
             training_classes={
@@ -401,11 +398,7 @@ class Program:
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories=_qualified_names(facts, "model_factories"),
             optimizer_methods=_qualified_names(facts, "optimizer_methods"),
-            joined_rows_factories={
-                f"{name}.{function}": positions
-                for name, module_facts in facts.items()
-                for function, positions in module_facts.joined_rows_factories.items()
-            },
+            joined_rows_factories=_qualified_mapping(facts, "joined_rows_factories"),
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
         # second round on, so a logger of one module built in a call of another's function (or
@@ -534,6 +527,16 @@ def _handle_openers(facts: dict[str, ScriptFacts]) -> tuple[tuple[str, str], ...
             for function, mode in module_facts.handle_openers.items()
         )
     )
+
+
+def _qualified_mapping(facts: dict[str, ScriptFacts], fact: str) -> dict[str, Any]:
+    """``fact`` (a mapping of the module's own functions: ``loader_tuple_factories``) of every
+    module, its functions qualified."""
+    return {
+        f"{name}.{own}": value
+        for name, module_facts in facts.items()
+        for own, value in getattr(module_facts, fact).items()
+    }
 
 
 def _qualified_names(facts: dict[str, ScriptFacts], fact: str) -> set[str]:

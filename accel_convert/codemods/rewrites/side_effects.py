@@ -1537,27 +1537,36 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[s
         # under the main-process guard: :meth:`_MainProcessGuard.leave_With` opens the file on
         # the main process alone instead.
         return None if holds_work_of_every_rank(statement, facts) else "write"
-    if isinstance(statement, (cst.If, cst.For)) and isinstance(statement.body, cst.SimpleStatementSuite):
-        # ``if args.tensorboard: configure("runs/x")`` on one line: its statements are the body.
-        if statement.orelse is not None:
-            return None
-        if isinstance(statement, cst.If) and tests_main_process(statement.test, accelerator_name(facts)):
-            return None  # already guarded
-        return _write_kind(cst.SimpleStatementLine(body=statement.body.body), facts, scope)
-    if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
-        # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
-        # pass``, ``for f in glob(...): os.remove(f)``: the whole statement is the write, so the
-        # guard (and the barrier) go around it, where every rank reaches them.
-        if getattr(statement, "orelse", None) is not None or getattr(statement, "finalbody", None) is not None:
-            return None
-        if isinstance(statement, cst.If) and tests_main_process(statement.test, accelerator_name(facts)):
-            return None  # already guarded
-        inner = {_write_kind(child, facts, scope) for child in statement.body.body}
-        return inner.pop() if len(inner) == 1 and None not in inner else None
+    if isinstance(statement, (cst.If, cst.For, cst.Try)):
+        return _compound_write_kind(statement, facts, scope)
     if not isinstance(statement, cst.SimpleStatementLine):
         return None
     kinds = {_call_kind(small, facts, scope) for small in statement.body}
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def _compound_write_kind(
+    statement: cst.If | cst.For | cst.Try, facts: ScriptFacts, scope: tuple[str, ...]
+) -> str | None:
+    """The kind of an ``if``, ``for`` or ``try`` whose whole body is one kind of write (``if not
+    os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError: pass``, ``for f in
+    glob(...): os.remove(f)``, also on one line with its header: ``if args.tensorboard:
+    configure("runs/x")``): the guard (and the barrier) go around it, where every rank reaches them.
+    None where it has an ``else``/``finally`` or already tests the main process."""
+    if getattr(statement, "orelse", None) is not None or getattr(statement, "finalbody", None) is not None:
+        return None
+    if isinstance(statement, cst.If) and tests_main_process(statement.test, accelerator_name(facts)):
+        return None  # already guarded
+    body = statement.body
+    if isinstance(body, cst.SimpleStatementSuite):
+        # On one line: its statements are the body (a ``try`` keeps its handlers below: left).
+        return (
+            None
+            if isinstance(statement, cst.Try)
+            else _write_kind(cst.SimpleStatementLine(body=body.body), facts, scope)
+        )
+    inner = {_write_kind(child, facts, scope) for child in cast(cst.IndentedBlock, body).body}
+    return inner.pop() if len(inner) == 1 and None not in inner else None
 
 
 #: The comma before an argument added after the others.
@@ -1697,19 +1706,21 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[s
         return "delete"
     if name in FILE_FETCHES and scope and scope[0] in facts.download_functions:
         return None  # the script's own download: its callers run it on the main process first
+    return "write" if _writes_a_file(call, name, facts, scope) else None
+
+
+def _writes_a_file(call: cst.Call, name: str | None, facts: ScriptFacts, scope: tuple[str, ...]) -> bool:
+    """A call writing a file: a writing function or method (``torch.save``, ``fig.savefig``), one
+    handed a file opened for writing (``json.dump(results, open("results.json", "w"))``), or a
+    file opened, written and dropped (``open("config.txt", "w").write(text)``)."""
     if name in WRITING_FUNCTIONS:
-        return "write"
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value in WRITING_METHODS:
-        return "write"
+        return True
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    if method in WRITING_METHODS:
+        return True
     if any(facts.opens_for_writing(arg.value, scope) for arg in call.args):
-        return "write"  # json.dump(results, open("results.json", "w"))
-    if (
-        isinstance(call.func, cst.Attribute)
-        and call.func.attr.value in ("write", "writelines")
-        and facts.opens_for_writing(call.func.value, scope)
-    ):
-        return "write"  # open("config.txt", "w").write(text): a file opened, written and dropped
-    return None
+        return True
+    return method in ("write", "writelines") and facts.opens_for_writing(cast(cst.Attribute, call.func).value, scope)
 
 
 #: The report of a file opened for writing and kept open (a logger's ``self.file``) where no
