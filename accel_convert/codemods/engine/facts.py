@@ -159,6 +159,17 @@ class FactQuestions:
     loader_classes: AbstractSet[str]
     device_names: AbstractSet[str]
     device_names_elsewhere: AbstractSet[tuple[tuple[str, ...], str]]
+    loader_tuples: Mapping[str, int]
+    loader_tuple_bindings: Mapping[str, Mapping[int, int]]
+
+    def loader_tuple_length(self, name: str) -> int | None:
+        """How many loaders the tuple ``name`` holds: always (``loader_tuples``), or on the paths
+        binding it to one (``loader_tuple_bindings``, every such binding as long); None when it
+        holds no loader tuple."""
+        if name in self.loader_tuples:
+            return self.loader_tuples[name]
+        lengths = set(self.loader_tuple_bindings.get(name, {}).values())
+        return lengths.pop() if len(lengths) == 1 else None
 
     def builds_data_loader(self, func: cst.BaseExpression, scope: tuple[str, ...] = (), *, strict: bool = True) -> bool:
         """Whether a call of ``func`` (used in ``scope``) builds a data loader: torch's
@@ -402,6 +413,11 @@ class ScriptFacts(FactQuestions):
     #: tuple is bound again to the prepared loaders (``loaders = (train_loader, test_loader)``),
     #: not prepared by its elements a second time.
     loader_tuple_parts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Names bound to a loader tuple by some statements and to one loader by the others
+    #: (``dloader = get_train_valid_loader(...)`` when training, ``dloader = get_test_loader(...)``
+    #: otherwise) → the original line of each statement binding a tuple → its length: no one
+    #: ``prepare`` fits both shapes, so each binding is prepared where it is made, by its shape.
+    loader_tuple_bindings: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     #: Names holding the dict of loaders a loader factory of the file returns (``loaders =
     #: get_loaders(...)``, the factory returning ``{"train": train_loader, "test": test_loader}``):
     #: prepared by their values, ``loaders = {key: accelerator.prepare(loader) for key, loader in
@@ -773,6 +789,7 @@ class FactsDraft(FactQuestions):
     unprepared_loaders: set[str] = field(default_factory=set)
     loader_tuples: dict[str, int] = field(default_factory=dict)
     loader_tuple_parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    loader_tuple_bindings: dict[str, dict[int, int]] = field(default_factory=dict)
     loader_dict_names: set[str] = field(default_factory=set)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)

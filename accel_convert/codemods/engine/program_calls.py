@@ -247,10 +247,11 @@ def _loaders_in_sequence(facts: ScriptFacts, value: cst.BaseExpression) -> list[
     ``self.train_loader, self.test_loader = loaders`` takes each loader's role and preparation);
     ``[("[0]", "loaders"), ("[1]", "loaders")]`` for a name holding a loader tuple."""
     held = dotted(value)
-    if held is not None and held in facts.loader_tuples:
-        # A name holding a tuple of loaders (``loaders = get_loaders(...)``): each part of the
-        # parameter is one of the loaders it holds, prepared with it.
-        return [(f"[{index}]", held) for index in range(facts.loader_tuples[held])]
+    length = facts.loader_tuple_length(held) if held is not None else None
+    if held is not None and length is not None:
+        # A name holding a tuple of loaders (``loaders = get_loaders(...)``), always or on some
+        # paths: each part of the parameter is one of the loaders it holds, prepared with it.
+        return [(f"[{index}]", held) for index in range(length)]
     if not isinstance(value, (cst.List, cst.Tuple)):
         return []
     if any(isinstance(element, cst.StarredElement) for element in value.elements):

@@ -146,6 +146,7 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
     provides=(
         "loader_tuples",
         "loader_tuple_parts",
+        "loader_tuple_bindings",
         "loader_tuple_factories",
         "loader_dict_names",
         "loaders_unpacked_from_parameters",
@@ -163,34 +164,65 @@ def loader_tuples(a: Analysis) -> None:
     prepared loader. Unpacked from a parameter, it is no object of that function's own to
     prepare: its caller prepared the tuple (``loaders_unpacked_from_parameters``). A tuple written
     of the script's loader names holds loaders that are prepared by their own names: it is bound
-    again to them once they are (``loader_tuple_parts``), so each loader is prepared once."""
+    again to them once they are (``loader_tuple_parts``), so each loader is prepared once. A
+    name holding such a tuple on some paths and one loader on the others (``dloader`` of
+    ``get_train_valid_loader(...)`` when training, of ``get_test_loader(...)`` otherwise) is a
+    loader whose parts are loaders too, each binding prepared by its shape
+    (``loader_tuple_bindings``). A name taking a loader tuple's element (``self.train_loader =
+    data_loader[0]``) is the loader at that position, as one unpacking it."""
     facts = a.facts
     factory_lengths = _tuple_factory_lengths(a)
     facts.loader_tuple_factories.update(factory_lengths)
-    lengths: dict[str, set[int | None]] = {}
-    parts: dict[str, set[tuple[str, ...] | None]] = {}
+    for name, (found, parts, tuple_lines) in _binding_shapes(a, factory_lengths).items():
+        if len(found) == 2 and 1 in found and None not in found:
+            # A tuple of loaders on some paths, one loader on the others.
+            facts.loader_tuple_bindings[name] = tuple_lines
+            facts.train_loaders.add(name)  # sorted into train/eval by the loops
+            continue
+        (length,) = found if len(found) == 1 else (None,)
+        if length is not None and length > 1:
+            _record_tuple(a, name, length, parts)
+    _loader_dict_names(a)
+    for assign in a.r.assigns:
+        _unpacked_loaders(a, assign)
+        _loader_taken_by_index(a, assign)
+    for loop in a.r.loops:
+        _indexed_loader(a, loop)
+
+
+_Shapes = tuple[set[int | None], set[tuple[str, ...] | None], dict[int, int]]
+
+
+def _binding_shapes(a: Analysis, factory_lengths: dict[str, int]) -> dict[str, _Shapes]:
+    """Name → how many loaders each of its bindings holds (1: one loader, None: anything but
+    loaders), the loader names each tuple binding writes, and the original line of each tuple
+    binding → its length."""
+    shapes: dict[str, _Shapes] = {}
     for assign in a.r.assigns:
         if _prepares_own_elements(assign):
             continue  # ``loaders = accelerator.prepare(*loaders)``: the same loaders, prepared
         length = _loader_tuple_length(a, assign, factory_lengths)
+        if length is None and _binds_one_loader(a, assign):
+            length = 1
         for target in assign.targets:
-            lengths.setdefault(target, set()).add(length)
-            parts.setdefault(target, set()).add(_loader_names_written(a, assign) if length is not None else None)
-    for name, found in lengths.items():
-        (length,) = found if len(found) == 1 else (None,)
-        if length is not None:
-            facts.loader_tuples[name] = length
-            facts.train_loaders.add(name)  # sorted into train/eval by the loops
-            (written,) = parts[name] if len(parts[name]) == 1 else (None,)
-            if written is not None:
-                facts.loader_tuple_parts[name] = written
-                if facts.prepared.issuperset(written):
-                    facts.prepared.add(name)  # bound again to the loaders the script prepared
-    _loader_dict_names(a)
-    for assign in a.r.assigns:
-        _unpacked_loaders(a, assign)
-    for loop in a.r.loops:
-        _indexed_loader(a, loop)
+            lengths, parts, lines = shapes.setdefault(target, (set(), set(), {}))
+            lengths.add(length)
+            parts.add(_loader_names_written(a, assign) if length is not None else None)
+            if length is not None and length > 1:
+                lines[a.site(assign.node).line] = length
+    return shapes
+
+
+def _record_tuple(a: Analysis, name: str, length: int, parts: set[tuple[str, ...] | None]) -> None:
+    """``name`` holds a tuple of ``length`` loaders on every path (see :func:`loader_tuples`)."""
+    facts = a.facts
+    facts.loader_tuples[name] = length
+    facts.train_loaders.add(name)  # sorted into train/eval by the loops
+    (written,) = parts if len(parts) == 1 else (None,)
+    if written is not None:
+        facts.loader_tuple_parts[name] = written
+        if facts.prepared.issuperset(written):
+            facts.prepared.add(name)  # bound again to the loaders the script prepared
 
 
 def _loader_dict_names(a: Analysis) -> None:
@@ -286,6 +318,27 @@ def _loader_tuple_length(a: Analysis, assign: AssignRecord, factory_lengths: dic
     return len(value.elements) if all(dotted(e.value) in loaders for e in value.elements) else None
 
 
+def _binds_one_loader(a: Analysis, assign: AssignRecord) -> bool:
+    """Whether ``assign`` binds its one name to one loader: built there (``DataLoader(...)``), or
+    returned by a factory of the file or of another module of the program returning one."""
+    if len(assign.targets) != 1:
+        return False
+    value = assign.value
+    if a.constructs_loader(constructed(value), assign.scope):
+        return True
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Name) and value.func.value in a.loader_factories:
+        local = a.r.names.scopes.get(assign.scope) if assign.scope else None
+        return a.loader_factories[value.func.value] is None and not (
+            local is not None and local.binds(value.func.value)
+        )
+    if a.seeds is None:
+        return False
+    callee = program_callee(a.facts, value.func, assign.scope)
+    return callee in a.seeds.loader_factories and callee not in dict(a.seeds.loader_tuple_factories)
+
+
 def _loader_names_written(a: Analysis, assign: AssignRecord) -> tuple[str, ...] | None:
     """The loader names ``loaders = (train_loader, test_loader)`` writes its tuple of (each a
     plain name of a loader); None for a tuple of anything else, or a factory's call."""
@@ -306,11 +359,10 @@ def _unpacked_loaders(a: Analysis, assign: AssignRecord) -> None:
     targets = unpacked_targets(assign)
     if held is None or targets is None:
         return
-    tuples = a.facts.loader_tuples
     holders = {
         site
         for site in a.origin_sites(assign.function, held) | {(assign.function, held)}
-        if tuples.get(site[1]) == len(targets)
+        if a.facts.loader_tuple_length(site[1]) == len(targets)
     }
     received = held in _parameters_of(a, assign)
     for index, target in enumerate(targets):
@@ -345,21 +397,49 @@ def _indexed_loader(a: Analysis, loop: LoopRecord) -> None:
         if dicts:
             a.arguments.setdefault((loop.function, loop.iterated), set()).update(dicts)
         return
-    tuples = a.facts.loader_tuples
-    holders = {site for site in a.origin_sites(loop.function, held) | {(loop.function, held)} if site[1] in tuples}
-    lengths = {tuples[site[1]] for site in holders}
+    _record_element(a, loop.function, loop.iterated, held, index)
+
+
+def _loader_taken_by_index(a: Analysis, assign: AssignRecord) -> None:
+    """``train_loader = loaders[0]``, ``self.valid_loader = data_loader[1]``, with the held name a
+    loader tuple (bound in the function, or handed to it): the name is the loader at that
+    position, as one unpacking the tuple (:func:`_unpacked_loaders`)."""
+    item = constant_item(assign.value) if len(assign.targets) == 1 else None
+    if item is None or not isinstance(item[1], int):
+        return
+    _record_element(a, assign.function, assign.targets[0], item[0], item[1])
+
+
+def _record_element(a: Analysis, function: str, name: str, held: str, index: int) -> None:
+    """Record ``name`` in ``function`` as holding element ``index`` of the loader tuple ``held``
+    (like an argument flowing into a parameter), where ``held`` is one of known length."""
+    holders = {
+        site
+        for site in a.origin_sites(function, held) | {(function, held)}
+        if a.facts.loader_tuple_length(site[1]) is not None
+    }
+    lengths = {a.facts.loader_tuple_length(site[1]) for site in holders} or {_seeded_parts(a, held)}
     if len(lengths) != 1:
         return
     (length,) = lengths
-    if not -length <= index < length:
+    if length is None or not -length <= index < length:
         return
     index %= length
     elements = {
         site
-        for site in elements_held(a, loop.function, held, index, length, frozenset())
+        for site in elements_held(a, function, held, index, length, frozenset())
         if site[1] in a.facts.train_loaders or site[1] == f"{held}[{index}]"
     }
-    a.arguments.setdefault((loop.function, loop.iterated), set()).update(elements | holders)
+    a.arguments.setdefault((function, name), set()).update(elements | holders)
+
+
+def _seeded_parts(a: Analysis, held: str) -> int | None:
+    """How many parts (``data_loader[0]``, ``data_loader[1]``) of the parameter ``held`` callers in
+    other modules fill with loaders (the seeds' roles); None where they fill none."""
+    if a.seeds is None:
+        return None
+    parts = {name for _, names in a.seeds.parameter_roles for name in names if name.startswith(f"{held}[")}
+    return len(parts) or None
 
 
 def _parameters_of(a: Analysis, assign: AssignRecord) -> tuple[str, ...]:

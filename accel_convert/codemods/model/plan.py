@@ -171,6 +171,13 @@ class ConversionPlan:
     #: from then on (``train_dl = DeviceDataLoader(train_dl, device)``) → (loader, wrapper class)
     #: pairs: ``prepare`` passes such a wrapper through, so the loader is prepared right before.
     loader_wrappings: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Home block (its function, or ``"<module>"``) → the loaders of ``to_prepare`` it binds before
+    #: its training starts where its one ``prepare`` cannot take them: only under a flag (``if
+    #: config.is_train: train_loader = ...``: a ``prepare`` after the ``if`` could meet an unbound
+    #: name), or to a loader tuple on some paths and one loader on the others
+    #: (``loader_tuple_bindings``: no one ``prepare`` fits both). Each binding is prepared right
+    #: after it, by its shape (``dloader = accelerator.prepare(*dloader)`` for the tuple).
+    prepared_where_bound: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block (its function, or ``"<module>"``) → the loaders of ``to_prepare`` it builds again
     #: once its training started (a batch size growing per epoch): each is prepared where it is
     #: built, or its batches would stay whole and on the CPU.
@@ -305,6 +312,7 @@ class ConversionPlan:
             built_above_guard=frozenset(above_guard & set(to_prepare)),
             received_models=MappingProxyType(dict(received or {})),
             loader_wrappings=MappingProxyType(dict(wrappings or {})),
+            prepared_where_bound=MappingProxyType(dict(placement.where_bound)),
             rebuilt_loaders=MappingProxyType(dict(placement.rebuilt_loaders)),
             handed_for_training=MappingProxyType(dict(placement.handed_for_training)),
             built_before_training=_frozen(placement.built_before_training),
@@ -405,6 +413,7 @@ class Placement:
     hand do not): see the ``ConversionPlan`` fields of the same names."""
 
     rebuilt_loaders: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    where_bound: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
     handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     built_before_training: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
@@ -562,6 +571,7 @@ def _preparations(
     needs=(
         "home_kind",
         "main_function",
+        "loader_tuple_bindings",
         "creating_function",
         "training_functions",
         "class_prepare",
@@ -684,8 +694,12 @@ def _placement(a: Analysis) -> Placement:
     homes = _home_blocks(a.module, a.facts) if a.facts.home_kind != "library" else {}
     home_lines = _home_training_lines(a.facts)
     built: dict[str, dict[str, tuple[int, int]]] = {}
+    where_bound: dict[str, frozenset[str]] = {}
     for block, statements in homes.items():
         built[block] = _built_before_training(statements, home_lines, wanted, a)
+        where_bound[block] = _loaders_where_bound(block, statements, home_lines, wanted, built[block], a)
+        for name in where_bound[block]:
+            built[block].pop(name, None)
     preparing = _preparing_function_nodes(a.module, _preparing_functions(a.facts))
     for name, function in preparing.items():
         body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
@@ -710,6 +724,7 @@ def _placement(a: Analysis) -> Placement:
         prepared_before_wrapping=wrapping,
         where_built=where_built,
         rebuilt_loaders=rebuilt,
+        where_bound={block: found for block, found in where_bound.items() if found},
         handed_for_training=handed,
         built_before_training=built,
         rebuilt_models_to_move={
@@ -1041,6 +1056,39 @@ def _built_before_training(
                 continue  # first bound only under a flag: a prepare after it could meet an unbound name
             found[name] = (found[name][0] if name in found else site.line, site.line)
     return found
+
+
+def _loaders_where_bound(
+    block: str,
+    statements: Sequence[cst.BaseStatement],
+    lines: Sequence[int],
+    wanted: AbstractSet[str],
+    built: Mapping[str, tuple[int, int]],
+    a: Analysis,
+) -> frozenset[str]:
+    """See ``ConversionPlan.prepared_where_bound``: for one home block's statements."""
+    head = [
+        node
+        for node in statements[: _training_start(statements, lines, a)]
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef))
+    ]
+    facts = a.facts
+    bound = _bound_in(_spans(head, a), a) & facts.loaders & wanted
+    return frozenset(
+        name
+        for name in bound - facts.prepared
+        if name in facts.loader_tuple_bindings or (name not in built and not _taken_apart(a, block, name))
+    )
+
+
+def _taken_apart(a: Analysis, block: str, name: str) -> bool:
+    """Whether ``block`` takes the loader tuple ``name`` apart into loaders of their own
+    (``train_loader, valid_loader = loaders``): those are prepared by their names, not the tuple."""
+    return any(
+        (block, name) in sites
+        for (function, target), sites in a.arguments.items()
+        if function == block and target in a.facts.loaders
+    )
 
 
 def _rebuilt_models_to_move(

@@ -203,6 +203,9 @@ class _Prepare(HomeBlockTransformer):
         names = [name for name in names if name not in self.prepared_in_block]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
+        where_bound = set(self.plan.prepared_where_bound.get(block, ())) & set(self.wanted)
+        if where_bound:
+            head = self._prepare_where_built(head, where_bound, indent + "    ", where="it is bound")
         body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, block, indent)]
         names = self._with_built_above_guard(names, block, body[:loop_index], first_creation, last_creation)
         if names:
@@ -254,15 +257,20 @@ class _Prepare(HomeBlockTransformer):
         """Record that a ``prepare`` statement of the block being edited takes ``names``."""
         self.prepared_in_block.update(names)
 
-    def _prepare_statements(self, names: list[str], indent: str) -> list[cst.BaseStatement]:
+    def _prepare_statements(self, names: list[str], indent: str, line: int | None = None) -> list[cst.BaseStatement]:
         """The statements preparing ``names`` (taken already): a loader tuple written of loaders
-        this block prepared is bound again to them, not prepared a second time."""
+        this block prepared is bound again to them, not prepared a second time. ``line``: the
+        original line of the statement binding them, where a name holds a loader tuple only
+        where some statements bind it (``loader_tuple_bindings``)."""
         facts = self.facts
+        tuples = dict(facts.loader_tuples)
+        if line is not None:
+            tuples |= {name: lengths[line] for name, lengths in facts.loader_tuple_bindings.items() if line in lengths}
         return prepare_statements(
             self.accelerator,
             names,
             indent,
-            facts.loader_tuples,
+            tuples,
             facts.loader_tuple_parts,
             self.prepared_in_block,
             facts.loader_dict_names,
@@ -415,11 +423,12 @@ class _Prepare(HomeBlockTransformer):
         for node in statements:
             if isinstance(node, cst.SimpleStatementLine):
                 result.append(node)
+                site = self.origins.site(node)
                 for name in sorted(self._assigned_by(node) & names):
                     why = where or ("it is built" if name in self.plan.prepared_where_built else "the loop builds it")
                     self.report(node, Prepare.code, f"prepare {name} where {why}", header_only=True)
                     self._took([name])
-                    result += self._prepare_statements([name], indent)
+                    result += self._prepare_statements([name], indent, site.line if site is not None else None)
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
                 original = node

@@ -345,10 +345,13 @@ class EvalLoopRewriter(RuleTransformer):
         if not isinstance(loop.body, cst.IndentedBlock):
             return loop
         loop, forward = self._forward_in(loop, batch)
-        if forward is None:
+        body = cast(cst.IndentedBlock, loop.body)
+        if forward is None or isinstance(block_holding_forward(body.body, self.facts), (cst.For, cst.While)):
+            # A forward in a loop inside the loop, before the one on a line of its own
+            # (recurrent-visual-attention's glimpses): gathering the last forward alone would
+            # join this process's earlier outputs with every process's last ones.
             self._report_no_forward(original, loop)
             return loop
-        body = cast(cst.IndentedBlock, loop.body)
         gather = self._what_to_gather(original, body.body, forward, batch)
         if gather is None:
             return loop
