@@ -3,7 +3,10 @@
 ``accelerator.prepare`` does not unwrap a DataParallel model, and one process per device with DDP
 replaces DataParallel's threads, so the wrapping line goes (an ``if`` left empty by it goes too).
 ``model.module`` reads the wrapped network: after the conversion that is
-``accelerator.unwrap_model(model)``. Scripts that already run their own DistributedDataParallel,
+``accelerator.unwrap_model(model)``. A state dict loaded into the model once it was wrapped has
+the wrapper's keys (``module.conv1.weight``: a checkpoint the original saved, or one a project
+publishes): the model, no longer wrapped, loads it with that prefix taken off its keys (a dict
+without it loads as before). Scripts that already run their own DistributedDataParallel,
 ``mp.spawn`` or ``DistributedSampler`` are reported (ACC903) and left as they are.
 """
 
@@ -82,6 +85,57 @@ class DataParallelCodemod(Rule):
                     main()
             """,
         ),
+        # Pretrained weights saved through the wrapper: their keys start with "module.".
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.DataParallel(nn.Linear(8, 1))
+                    checkpoint = torch.load("pretrained.th")
+                    model.load_state_dict(checkpoint["state_dict"])
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    checkpoint = torch.load("pretrained.th", map_location={"cuda:0": str(accelerator.device)})
+                    model.load_state_dict({key.removeprefix("module."): value for key, value in checkpoint["state_dict"].items()})
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         # A script that distributes itself with DistributedDataParallel (its model.module is DDP's):
         # reported (ACC903) and left as written, model.module included.
         Example(
@@ -126,7 +180,7 @@ class DataParallelCodemod(Rule):
         if any(qualified in facts.called for qualified in HAND_DISTRIBUTION):
             return module, []  # distributed by hand: ACC903 reports it, nothing here is touched
         # What changes: DataParallel(...) calls, ``model.module`` and isinstance unwraps naming a wrapper.
-        words = callee_words(facts, DATA_PARALLEL | HAND_DISTRIBUTION) | {"module"}
+        words = callee_words(facts, DATA_PARALLEL | HAND_DISTRIBUTION) | {"module", "load_state_dict"}
         rewriter = _DataParallelRemover(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
@@ -139,6 +193,9 @@ class _DataParallelRemover(RuleTransformer):
         self._removing_line = False
         #: Statement lines the walk enters (by identity): only those can lose a ``model = model``.
         self._entered_lines: set[int] = set()
+        #: (function, name) of the models wrapped in DataParallel so far, in the walk's order.
+        self._wrapped: set[tuple[str, str]] = set()
+        self._unwrapped_on_this_line = False
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         # A read-only look first: rebuilding every line is most of what this pass would cost.
@@ -150,20 +207,51 @@ class _DataParallelRemover(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.facts.callee_name(updated_node.func) not in DATA_PARALLEL:
-            return updated_node
+            return self._loaded_without_prefix(original_node, updated_node)
         wrapped = _wrapped_module(updated_node)
         if wrapped is None:
             return updated_node
         self.findings.add(
             original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True
         )
+        self._unwrapped_on_this_line = True
         return wrapped
+
+    def _loaded_without_prefix(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        """``model.load_state_dict(checkpoint["state_dict"])`` where ``model`` was wrapped above:
+        the dict has the wrapper's keys, so its ``module.`` prefix comes off."""
+        func = updated_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and updated_node.args):
+            return updated_node
+        model = dotted(func.value)
+        first = updated_node.args[0]
+        if model is None or (self.function, model) not in self._wrapped or first.keyword is not None or first.star:
+            return updated_node
+        self.report(
+            original_node,
+            DataParallelCodemod.code,
+            f"{model} is no longer wrapped in DataParallel: the state dict's 'module.' key prefix is taken off",
+        )
+        stripped = cst.parse_expression('{key.removeprefix("module."): value for key, value in STATE.items()}')
+        assert isinstance(stripped, cst.DictComp)
+        items = cst.Call(func=cst.Attribute(value=_in_parentheses(first.value), attr=cst.Name("items")))
+        comprehension = stripped.with_changes(for_in=stripped.for_in.with_changes(iter=items))
+        return updated_node.with_changes(args=[first.with_changes(value=comprehension), *updated_node.args[1:]])
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.RemovalSentinel:
         if id(original_node) not in self._entered_lines:
             return updated_node
+        if self._unwrapped_on_this_line:
+            self._unwrapped_on_this_line = False
+            self._wrapped.update(
+                (self.function, target)
+                for statement in original_node.body
+                if isinstance(statement, cst.Assign)
+                for target in map(dotted, (each.target for each in statement.targets))
+                if target is not None
+            )
         body = [s for s in updated_node.body if not self._assigns_to_itself(s)]
         if not body:
             return cst.RemoveFromParent()
@@ -243,12 +331,21 @@ class _DataParallelMention(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.found = self.found or self.facts.callee_name(node.func) in DATA_PARALLEL
+        self.found = self.found or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.found = self.found or (node.attr.value == "module" and dotted(node.value) in self.facts.models)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
+
+
+def _in_parentheses(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``value`` as the object of an attribute: a name, attribute, subscript or call as it is,
+    anything else in parentheses."""
+    if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or value.lpar:
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
