@@ -52,3 +52,30 @@ def test_a_parameter_one_per_line_takes_a_line_of_its_own() -> None:
     assert _rendered(definition.with_changes(params=params)).startswith(
         "def get_loader(\n    root,\n    batch_size,\n    accelerator\n):"
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def load(root, workers=4):", "def load(root, workers=4, *, accelerator):"),
+        (
+            "def load(\n    root,\n    workers=4,\n):",
+            "def load(\n    root,\n    workers=4,\n    *,\n    accelerator,\n):",
+        ),
+        ("def load(root, *, workers=4):", "def load(root, *, workers=4, accelerator):"),
+        (
+            "def load(\n    root,\n    *,\n    workers=4,\n):",
+            "def load(\n    root,\n    *,\n    workers=4,\n    accelerator,\n):",
+        ),
+    ],
+    ids=["one-line", "one-per-line-trailing-comma", "after-keyword-only", "after-keyword-only-one-per-line"],
+)
+def test_a_keyword_only_parameter_keeps_the_definitions_layout(source: str, expected: str) -> None:
+    """recurrent-visual-attention's ``get_train_valid_loader(data_dir, ..., num_workers=4,
+    pin_memory=False,)`` written one per line (black's layout): before, ``*, accelerator):`` went
+    on the closing bracket's line, at its first column."""
+    definition = cst.parse_statement(f"{source}\n    pass\n")
+    assert isinstance(definition, cst.FunctionDef)
+    assert parameter_index(definition.params) is None
+    params = with_parameter(definition.params, "accelerator")
+    assert _rendered(definition.with_changes(params=params)).startswith(expected)

@@ -22,10 +22,7 @@ def parameter_index(params: cst.Parameters) -> int | None:
 def with_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
     """Add ``name`` after the positional parameters that have no default, else keyword-only."""
     if parameter_index(params) is None:
-        kwonly = [*params.kwonly_params, cst.Param(cst.Name(name))]
-        if isinstance(params.star_arg, cst.MaybeSentinel):
-            return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=kwonly)
-        return params.with_changes(kwonly_params=kwonly)
+        return _with_keyword_only(params, cst.Param(cst.Name(name)))
     new = cst.Param(cst.Name(name))
     last_group = (
         isinstance(params.star_arg, cst.MaybeSentinel) and not params.kwonly_params and params.star_kwarg is None
@@ -50,9 +47,7 @@ def with_optional_accelerator(function: cst.FunctionDef, name: str) -> cst.Funct
         equal=TIGHT_EQUAL,
     )
     if not isinstance(params.star_arg, cst.MaybeSentinel) or params.kwonly_params or params.star_kwarg is not None:
-        if isinstance(params.star_arg, cst.MaybeSentinel):
-            params = params.with_changes(star_arg=cst.ParamStar())
-        params = params.with_changes(kwonly_params=[*params.kwonly_params, new])
+        params = _with_keyword_only(params, new)
     else:
         params = params.with_changes(params=_appended(list(params.params), new) if params.params else [new])
     creation = cst.parse_statement(f"if {name} is None:\n    {name} = Accelerator()\n")
@@ -65,13 +60,34 @@ def with_optional_accelerator(function: cst.FunctionDef, name: str) -> cst.Funct
     )
 
 
-def _appended(items: list[Any], new: Any) -> list[Any]:
+def _with_keyword_only(params: cst.Parameters, new: cst.Param) -> cst.Parameters:
+    """``params`` with ``new`` keyword-only (after ``*``, added where there is none). Parameters
+    one per line with a trailing comma stay so: ``*`` and ``new`` each take a line of their own."""
+    if not isinstance(params.star_arg, cst.MaybeSentinel):
+        kwonly = list(params.kwonly_params)
+        star = params.star_arg.comma if isinstance(params.star_arg, (cst.ParamStar, cst.Param)) else None
+        return params.with_changes(kwonly_params=_appended(kwonly, new, star) if kwonly else [new])
+    plain = list(params.params)
+    comma = plain[-1].comma if plain and not params.kwonly_params and params.star_kwarg is None else None
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        before = plain[-2].comma if len(plain) > 1 and isinstance(plain[-2].comma, cst.Comma) else comma
+        return params.with_changes(
+            params=[*plain[:-1], plain[-1].with_changes(comma=before)],
+            star_arg=cst.ParamStar(comma=before),
+            kwonly_params=[new.with_changes(comma=comma)],
+        )
+    return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=[*params.kwonly_params, new])
+
+
+def _appended(items: list[Any], new: Any, separator: Any = None) -> list[Any]:
     """``items`` (the parameters or arguments of a call, the last ones of their list) with
-    ``new`` after them, in their layout: one per line with a trailing comma stays so."""
+    ``new`` after them, in their layout: one per line with a trailing comma stays so.
+    ``separator``: the comma before the first of ``items`` (the ``*``'s, for keyword-only ones)."""
     last = items[-1]
     comma = last.comma
     if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
-        before = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else comma
+        previous = items[-2].comma if len(items) > 1 else separator
+        before = previous if isinstance(previous, cst.Comma) else comma
         return [*items[:-1], last.with_changes(comma=before), new.with_changes(comma=comma)]
     if isinstance(comma, cst.MaybeSentinel):
         # What stood between the last one and the closing bracket (its own line: ``shuffle=True\n
