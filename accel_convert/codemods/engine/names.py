@@ -152,18 +152,14 @@ class NameTable:
     def qualified_name(self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True) -> str | None:
         """``nn.utils.clip_grad_norm_`` → ``torch.nn.utils.clip_grad_norm_`` when ``nn`` is
         ``torch.nn`` in ``scope``; None for anything not rooted in an import."""
-        parts: list[str] = []
-        # ``type() is``: a failed isinstance against a libcst class (an ABC) costs a Python-level
-        # ``__instancecheck__``, and this is asked of some 500 expressions per conversion.
-        while type(node) is cst.Attribute:
-            parts.append(node.attr.value)
-            node = node.value
-        if type(node) is not cst.Name:
+        chain = _chain(node)
+        if chain is None:
             return None
-        root = self.resolve(node.value, scope, strict=strict)
+        head, _, rest = chain.partition(".")
+        root = self.resolve(head, scope, strict=strict)
         if root is None:
             return None
-        return ".".join([root, *reversed(parts)])
+        return f"{root}.{rest}" if rest else root
 
     def imported_names(self) -> dict[str, str]:
         """Module-level name → qualified name for every unshadowed import."""
@@ -360,6 +356,8 @@ class NameCollector(cst.CSTVisitor):
 def _chain(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a name or attribute chain, else None."""
     parts: list[str] = []
+    # ``type() is``: a failed isinstance against a libcst class (an ABC) costs a Python-level
+    # ``__instancecheck__``, and this is asked of some 500 expressions per conversion.
     while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
