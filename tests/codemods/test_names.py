@@ -141,3 +141,30 @@ def test_lenient_lookup_still_sees_the_import_behind_an_assignment() -> None:
     node = cst.parse_expression("optim.SGD")
     assert table.qualified_name(node, ()) is None
     assert table.qualified_name(node, (), strict=False) == "torch.optim.SGD"
+
+
+ALIASES = "import torch.optim as optim\noptim_name = optim.SGD\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "scope", "expected"),
+    [
+        # A re-identification baseline's ``optim_name = optim.SGD``, then ``optim_name([...])``.
+        (ALIASES, (), "torch.optim.SGD"),
+        (ALIASES + "def train():\n    pass\n", ("train",), "torch.optim.SGD"),
+        # The fused class under a flag is never imported: a name error there, not another class.
+        (ALIASES + "if flag:\n    optim_name = FusedSGD\n", (), "torch.optim.SGD"),
+        (ALIASES + "if flag:\n    optim_name = optim.Adam\n", (), None),
+        (ALIASES + "if flag:\n    optim_name = make_optimizer()\n", (), None),
+        ("optim_name = print\n", (), None),
+        ("a = b\nb = a\n", (), None),
+        ("class Net:\n    pass\noptim_name = Net\n", (), None),
+    ],
+)
+def test_lenient_lookup_follows_a_name_bound_to_an_import(source: str, scope: ScopeKey, expected: str | None) -> None:
+    """``optim_name = optim.SGD``: the analysis sees the optimizer class behind the name, where
+    every binding of it that names something names that one import; rewrites (strict) do not."""
+    table = collect_names(cst.parse_module(source))
+    name = "b" if source.startswith("a = b") else "optim_name"
+    assert table.qualified_name(cst.parse_expression(name), scope, strict=False) == expected
+    assert table.qualified_name(cst.parse_expression(name), scope) is None

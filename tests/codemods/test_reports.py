@@ -548,6 +548,42 @@ def test_update_bn_over_a_prepared_loader_is_reported(source: str, reported: boo
     assert found == ([script.splitlines().index(f"    update_bn({source}, swa_model)") + 1] if reported else [])
 
 
+UPDATE_BN_DICT = """\
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader
+
+dataloaders = {{x: DataLoader(list(range(8)), batch_size=4) for x in ["train", "val"]}}
+
+
+def train_model(model, optimizer):
+    swa_model = AveragedModel(model)
+    for x, y in dataloaders["train"]:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    swa_model.update_parameters(model)
+    update_bn({source}, swa_model)
+
+
+model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_model(model, optimizer)
+"""
+
+
+@pytest.mark.parametrize(("source", "reported"), [('dataloaders["train"]', True), ("[torch.randn(4, 2)]", False)])
+def test_update_bn_over_a_loader_of_a_prepared_dict_is_reported(source: str, reported: bool) -> None:
+    """The re-ID baseline's ``update_bn(dataloaders['train'], swa_model)``: the dict's loaders are
+    prepared (the loader-dict rule), so the pass sees one process's shard (before: not reported)."""
+    script = UPDATE_BN_DICT.format(source=source)
+    outcome = convert_module(cst.parse_module(script), Options(), script)
+    assert "accelerator.prepare(loader) for x, loader in dataloaders.items()" in outcome.module.code
+    found = [change.line for change in outcome.changes if change.code == "ACC929"]
+    assert found == ([script.splitlines().index(f"    update_bn({source}, swa_model)") + 1] if reported else [])
+
+
 def test_with_the_agreement_switched_off_the_break_is_reported() -> None:
     """``--ignore ACC123``: the comparison's break stays as written and is reported (ACC902)."""
     body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\nif loss.item() < 1e-3:\n    break")

@@ -172,3 +172,55 @@ def test_a_trainer_of_another_module_stepping_through_its_base_makes_the_entrys_
     assert "model, optimizer, data_loader = accelerator.prepare(model, optimizer, data_loader)" in code["train"]
     assert "self.accelerator.backward(" in code["trainer"]
     assert code["loaders"] == textwrap.dedent(TEMPLATE_LOADERS)
+
+
+PICKED_CLASS = """
+import torch
+import torch.optim as optim
+
+model = torch.nn.Linear(4, 2)
+optim_name = optim.SGD
+if fused:
+    optim_name = FusedSGD
+classifier_params = model.parameters()
+optimizer_ft = optim_name([{"params": classifier_params, "lr": 0.1}], momentum=0.9)
+"""
+
+
+def test_an_optimizer_class_picked_into_a_name_builds_an_optimizer() -> None:
+    """A re-identification baseline's ``optim_name = optim.SGD`` (a fused class, never imported,
+    under a flag), then ``optim_name([...])`` over parameter groups held in names, never stepped
+    in the file: still an optimizer, and the model it trains a model (before, neither, and
+    nothing was prepared)."""
+    facts = facts_of(PICKED_CLASS)
+    assert "optimizer_ft" in facts.optimizers
+    assert "model" in facts.models
+    # Another optimizer class in the other branch: the name is no longer one class.
+    other = PICKED_CLASS.replace("optim_name = FusedSGD", "optim_name = optim.Adam")
+    assert "optimizer_ft" not in facts_of(other).optimizers
+
+
+GROUPS_HELD = """
+import torch
+
+model = torch.nn.Linear(4, 2)
+decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
+no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
+groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+optimizer = torch.optim.AdamW(groups, lr=0.01)
+"""
+
+
+def test_parameter_groups_held_in_a_name_train_the_model_their_lists_come_from() -> None:
+    """``groups`` built from names already holding a model's parameters: the optimizer built from
+    ``groups`` trains that model (before, only the optimizer was prepared, and the model trained on
+    each process alone, reported by nothing)."""
+    facts = facts_of(GROUPS_HELD)
+    assert "optimizer" in facts.optimizers
+    assert "model" in facts.models
+    # Two lists of one model's parameters summed into one: the same model.
+    summed = GROUPS_HELD.replace(
+        'groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]',
+        "groups = decay + no_decay",
+    )
+    assert "model" in facts_of(summed).models

@@ -24,7 +24,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, target_names
 from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 from accel_convert.codemods.engine.walk import module_nodes
-from accel_convert.codemods.model.plan import prepare_call
+from accel_convert.codemods.model.plan import prepared_loader_dicts
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
 
@@ -225,7 +225,7 @@ class NoDataLoader(Rule):
         assert facts.backward_site is not None
         assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
         dicts = _loader_dicts(assignments, facts)
-        if any(_prepared_dict(assignments, name, facts) for name in dicts):
+        if prepared_loader_dicts(assignments, facts):
             return module, []  # the loader-dict rule (ACC119) prepared them
         held = dicts
         if held:
@@ -350,15 +350,3 @@ def _loader_dicts(assignments: list[cst.Assign], facts: ScriptFacts) -> list[str
         ):
             found.append(assign.targets[0].target.value)
     return found
-
-
-def _prepared_dict(assignments: list[cst.Assign], name: str, facts: ScriptFacts) -> bool:
-    """Whether the converted tree rebinds ``name`` to its loaders prepared (the loader-dict rule,
-    ACC119, did): ``name = {x: accelerator.prepare(loader) for x, loader in name.items()}``."""
-    return any(
-        isinstance(assign.value, cst.DictComp)
-        and prepare_call(assign.value.value, facts) is not None
-        and isinstance(assign.targets[0].target, cst.Name)
-        and assign.targets[0].target.value == name
-        for assign in assignments
-    )

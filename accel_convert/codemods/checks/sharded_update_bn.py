@@ -18,6 +18,8 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.model.plan import prepared_loader_dicts
 
 UPDATE_BN = "torch.optim.swa_utils.update_bn"
 
@@ -31,6 +33,8 @@ MESSAGE = (
 class ShardedUpdateBn(WalkingCheck):
     code = "ACC929"
     name = "sharded-update-bn"
+    #: The dicts of loaders the converted tree prepares (set by :meth:`start`).
+    prepared_dicts: frozenset[str] = frozenset()
     fixes = {
         "ACC929": (
             'Average the BatchNorm statistics across processes after ``update_bn``: for each BatchNorm buffer, ``buf.copy_(accelerator.reduce(buf, "mean"))``; or run ``update_bn`` on the main process only over the unprepared loader and broadcast the model\'s buffers.'
@@ -131,14 +135,26 @@ class ShardedUpdateBn(WalkingCheck):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return "update_bn" in facts.word_lines and bool(facts.loaders)
+        # Loaders by name, or held in a dict the loader-dict rule prepares (no name of their own).
+        return "update_bn" in facts.word_lines and facts.has_accelerator
+
+    def start(self, module: cst.Module, facts: ScriptFacts) -> None:
+        assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
+        self.prepared_dicts = frozenset(prepared_loader_dicts(assignments, facts))
 
     def lines(self, facts: ScriptFacts) -> set[int]:
         return facts.lines_mentioning({"update_bn"})
 
     def visit_Call(self, node: cst.Call) -> None:
-        """``update_bn(loader, ...)`` whose loader is one the conversion prepares."""
+        """``update_bn(loader, ...)`` whose loader is one the conversion prepares, by its name or
+        as a value of a dict of loaders it prepares."""
         if self.walk.qualified_name(node.func) != UPDATE_BN or not node.args:
             return
-        if dotted(node.args[0].value) in self.walk.facts.loaders:
+        loader = node.args[0].value
+        if isinstance(loader, cst.Subscript):
+            # ``update_bn(dataloaders["train"], swa_model)`` over a dict of prepared loaders.
+            prepared = dotted(loader.value) in self.prepared_dicts
+        else:
+            prepared = dotted(loader) in self.walk.facts.loaders
+        if prepared:
             self.walk.report(node, self.code, MESSAGE, False)

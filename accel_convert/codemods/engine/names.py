@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,6 +50,11 @@ class Scope:
     outer_names: set[str] = field(default_factory=set)
     #: The ``global`` ones among them.
     global_names: set[str] = field(default_factory=set)
+    #: Names bound to another name or attribute chain (``optim_name = optim.SGD``) → those
+    #: chains, as written.
+    aliases: dict[str, set[str]] = field(default_factory=dict)
+    #: Names also bound by something that is neither an import nor such an alias.
+    others: set[str] = field(default_factory=set)
 
     def bind_import(self, name: str, qualified: str) -> None:
         if name in self.outer_names:
@@ -60,6 +66,12 @@ class Scope:
     def bind_other(self, name: str) -> None:
         if name not in self.outer_names:
             self.shadowed.add(name)
+            self.others.add(name)
+
+    def bind_alias(self, name: str, value: str) -> None:
+        if name not in self.outer_names:
+            self.shadowed.add(name)
+            self.aliases.setdefault(name, set()).add(value)
 
     def binds(self, name: str) -> bool:
         return name not in self.outer_names and (name in self.imports or name in self.shadowed)
@@ -71,12 +83,16 @@ class NameTable:
 
     scopes: dict[ScopeKey, Scope] = field(default_factory=lambda: {(): Scope("module")})
 
-    def resolve(self, name: str, scope: ScopeKey, *, strict: bool = True) -> str | None:
+    def resolve(
+        self, name: str, scope: ScopeKey, *, strict: bool = True, seen: frozenset[str] = frozenset()
+    ) -> str | None:
         """The qualified name ``name`` denotes when used in ``scope``, if it is an import.
 
         ``strict``: a name the scope also binds otherwise is not an import (the safe answer for
         rewriting calls). Not strict: the import is returned anyway — what the analysis wants for
-        ``optim = optim.SGD(...)``, where ``optim.SGD`` on the right still is the import.
+        ``optim = optim.SGD(...)``, where ``optim.SGD`` on the right still is the import — and a
+        name bound only to imports (``optim_name = optim.SGD``) denotes what they name (see
+        :meth:`_aliased`).
         """
         key = scope
         while True:
@@ -85,10 +101,32 @@ class NameTable:
             if found is not None and (key == scope or found.kind != "class") and found.binds(name):
                 if strict and name in found.shadowed:
                     return None
+                if name not in found.imports and name not in found.others and name in found.aliases:
+                    return self._aliased(found.aliases[name], key, seen)
                 return found.imports.get(name)
             if not key:
                 return None
             key = key[:-1]
+
+    def _aliased(self, values: AbstractSet[str], scope: ScopeKey, seen: frozenset[str]) -> str | None:
+        """What a name bound only to the chains ``values`` in ``scope`` denotes: the one import
+        they all resolve to (``optim_name = optim.SGD``, and ``optim_name = FusedSGD`` in a branch
+        where ``FusedSGD`` is bound nowhere, a name error rather than another class); None when
+        two differ or one is bound to something other than an import."""
+        resolved: set[str] = set()
+        for value in values:
+            head, _, rest = value.partition(".")
+            if head in seen:
+                return None
+            if not self.is_bound(head, scope):
+                if head in BUILTIN_NAMES:
+                    return None
+                continue
+            root = self.resolve(head, scope, strict=False, seen=seen | {head})
+            if root is None:
+                return None
+            resolved.add(f"{root}.{rest}" if rest else root)
+        return resolved.pop() if len(resolved) == 1 else None
 
     def is_bound(self, name: str, scope: ScopeKey) -> bool:
         """Whether any scope visible from ``scope`` binds ``name`` (else it is a builtin)."""
@@ -114,18 +152,14 @@ class NameTable:
     def qualified_name(self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True) -> str | None:
         """``nn.utils.clip_grad_norm_`` → ``torch.nn.utils.clip_grad_norm_`` when ``nn`` is
         ``torch.nn`` in ``scope``; None for anything not rooted in an import."""
-        parts: list[str] = []
-        # ``type() is``: a failed isinstance against a libcst class (an ABC) costs a Python-level
-        # ``__instancecheck__``, and this is asked of some 500 expressions per conversion.
-        while type(node) is cst.Attribute:
-            parts.append(node.attr.value)
-            node = node.value
-        if type(node) is not cst.Name:
+        chain = _chain(node)
+        if chain is None:
             return None
-        root = self.resolve(node.value, scope, strict=strict)
+        head, _, rest = chain.partition(".")
+        root = self.resolve(head, scope, strict=strict)
         if root is None:
             return None
-        return ".".join([root, *reversed(parts)])
+        return f"{root}.{rest}" if rest else root
 
     def imported_names(self) -> dict[str, str]:
         """Module-level name → qualified name for every unshadowed import."""
@@ -190,6 +224,9 @@ class NameCollector(cst.CSTVisitor):
         super().__init__()
         self.names = NameTable()
         self.scope: ScopeKey = ()
+        #: The name the assignment being visited binds to a name or attribute chain, and that
+        #: chain (``optim_name = optim.SGD``): an alias, not an unknown value.
+        self._alias: tuple[str, str] | None = None
 
     # -- scopes -------------------------------------------------------------------------------
 
@@ -201,12 +238,14 @@ class NameCollector(cst.CSTVisitor):
         current scope, in the module for a ``global``, in the enclosing function for a ``nonlocal``."""
         scope = self._current()
         if name in scope.global_names:
-            self.names.scopes[()].shadowed.add(name)
+            self.names.scopes[()].bind_other(name)
         elif name in scope.outer_names:
             key = self.scope[:-1]
             while key and not self.names.scopes[key].binds(name):
                 key = key[:-1]
-            self.names.scopes[key].shadowed.add(name)
+            self.names.scopes[key].bind_other(name)
+        elif self._alias is not None and self._alias[0] == name:
+            scope.bind_alias(name, self._alias[1])
         else:
             scope.bind_other(name)
 
@@ -268,8 +307,21 @@ class NameCollector(cst.CSTVisitor):
     def visit_Param(self, node: cst.Param) -> None:
         self._shadow(node.name.value)
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.note_alias(node)
+
+    def note_alias(self, node: cst.Assign) -> None:
+        """Note ``name = a.b`` (one target, a name or attribute chain as the value) for the
+        binding its target makes; subclasses overriding :meth:`visit_Assign` call this."""
+        self._alias = None
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            value = _chain(node.value)
+            if value is not None:
+                self._alias = (node.targets[0].target.value, value)
+
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         self._bind_target(node.target)
+        self._alias = None
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._bind_target(node.target)
@@ -299,6 +351,19 @@ class NameCollector(cst.CSTVisitor):
                 self._bind_target(element.value)
         elif isinstance(target, cst.StarredElement):
             self._bind_target(target.value)
+
+
+def _chain(node: cst.BaseExpression) -> str | None:
+    """``a.b.c`` for a name or attribute chain, else None."""
+    parts: list[str] = []
+    # ``type() is``: a failed isinstance against a libcst class (an ABC) costs a Python-level
+    # ``__instancecheck__``, and this is asked of some 500 expressions per conversion.
+    while type(node) is cst.Attribute:
+        parts.append(node.attr.value)
+        node = node.value
+    if type(node) is not cst.Name:
+        return None
+    return ".".join([node.value, *reversed(parts)])
 
 
 def _alias_local_name(alias: cst.ImportAlias) -> str:

@@ -172,6 +172,7 @@ class CrossCalls(NameCollector):
         self._value(node.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        self.note_alias(node)
         self._value(node.value)
         found = self._functions_named(node.value)
         for target in node.targets if found else ():
@@ -362,6 +363,7 @@ class InstanceCalls(NameCollector):
         return self.instances.get(instance) if instance is not None else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        self.note_alias(node)
         # Through moves and mode switches: ``trainer = FasterRCNNTrainer(net).cuda()`` binds the
         # instance the construction builds (an ``nn.Module`` trainer moves itself and what it holds).
         built = construction(node.value)

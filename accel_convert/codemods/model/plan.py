@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.chosen_names import next_read
 from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
+from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.positions import python_statements
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
@@ -1740,6 +1741,28 @@ def prepare_call(node: cst.CSTNode | None, facts: ScriptFacts) -> cst.Call | Non
     """``node`` when it is a call ``accelerator.prepare(...)`` (``self.accelerator.prepare`` in a
     training class), else None."""
     return node if is_accelerator_method(node, facts, "prepare") else None  # type: ignore[return-value]
+
+
+def prepared_loader_dicts(assignments: Sequence[cst.Assign], facts: ScriptFacts) -> list[str]:
+    """The names of a converted tree bound to a dict of DataLoaders (a comprehension or a literal,
+    ``dataloaders = {x: DataLoader(...) for x in ...}``) that the tree binds again to its loaders
+    prepared (the loader-dict rule's ``dataloaders = {x: accelerator.prepare(loader) for x, loader
+    in dataloaders.items()}``), in file order: ``dataloaders["train"]`` there is a prepared loader."""
+    held = [
+        assign.targets[0].target.value
+        for assign in assignments
+        if holds_loaders(assign.value, facts)
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+    ]
+    prepared = {
+        assign.targets[0].target.value
+        for assign in assignments
+        if isinstance(assign.value, cst.DictComp)
+        and prepare_call(assign.value.value, facts) is not None
+        and isinstance(assign.targets[0].target, cst.Name)
+    }
+    return [name for name in held if name in prepared]
 
 
 def prepared_arguments(call: cst.Call) -> tuple[str, ...]:

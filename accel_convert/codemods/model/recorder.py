@@ -375,6 +375,7 @@ class Recorder(NameCollector):
     # -- statements ---------------------------------------------------------------------------
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        self.note_alias(node)
         self._frames.append(Mentions())
 
     def leave_Assign(self, original_node: cst.Assign) -> None:

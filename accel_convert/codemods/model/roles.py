@@ -205,8 +205,9 @@ def optimizers_and_models(a: Analysis) -> None:
     selections: set[str] = set()  # names bound to a selection of a model's parameters
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
+        held = _grouped_parameters(assign, parameter_sources)
         for target in assign.targets:
-            parameter_sources.setdefault(target, set()).update(roots)
+            parameter_sources.setdefault(target, set()).update(roots | held)
             if roots and _is_a_selection(assign.value):
                 selections.add(target)
         built = builders.models_trained(a, assign, selections)
@@ -355,6 +356,16 @@ class _OptimizerBuilders:
         ):
             return _PARAMETERS_PASSED
         return None
+
+
+def _grouped_parameters(assign: AssignRecord, parameter_sources: dict[str, set[str]]) -> set[str]:
+    """The models whose parameters ``assign`` groups from names already holding them, written
+    as a display, a comprehension or a sum rather than a call (``groups = [{"params": decay},
+    {"params": no_decay}]`` after ``decay = [p for n, p in model.named_parameters() if ...]``):
+    what the optimizer built from ``groups`` trains."""
+    if isinstance(constructed(assign.value), cst.Call):
+        return set()
+    return {model for name in assign.names for model in parameter_sources.get(name, ())}
 
 
 def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
