@@ -156,9 +156,9 @@ def test_another_file_read_later_does_not_keep_the_handle_on_every_rank() -> Non
     assert 'log = open("train.log" if accelerator.is_main_process else os.devnull, "w")' in output
 
 
-@pytest.mark.parametrize("mode", ["a+", "ab+"])
+@pytest.mark.parametrize("mode", ["a+", "ab+", "r+", "rb+"])
 def test_a_handle_the_main_process_alone_cannot_keep_is_reported(mode: str) -> None:
-    """A ``"+"`` mode reading back what the file held before (``"a+"``): only the real file holds
+    """A ``"+"`` mode reading back what the file held before (``"a+"``, ``"r+"``): only the real file holds
     it, so it stays on every rank, reported."""
     output, changes = convert_text(TRAINING.replace('open("train.log", "w")', f'open("train.log", "{mode}")'))
     assert f'    log = open("train.log", "{mode}")\n' in output
@@ -539,7 +539,7 @@ def test_a_handle_another_module_opens_with_w_plus_is_a_scratch_file_there_on_th
     assert "import tempfile\n" in logs
 
 
-@pytest.mark.parametrize("mode", ["a+", "ab+"])
+@pytest.mark.parametrize("mode", ["a+", "ab+", "r+", "rb+"])
 def test_a_handle_another_module_opens_to_read_back_through_it_stays_on_every_rank(mode: str) -> None:
     """An opener's ``"a+"``: the handle reads back what the file held, which neither
     ``os.devnull`` nor a scratch file on the other ranks has: the opener stays as written, and the

@@ -240,10 +240,10 @@ class FactQuestions:
         return builtin_named(node, self.names, scope) == name
 
     def opens_for_writing(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> bool:
-        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant), the builtin ``open`` where
-        ``node`` stands (``scope``), not one the script binds itself."""
+        """``open(path, "w")`` (or ``"a"``, ``"x"``, ``"r+"``, any binary variant), the builtin
+        ``open`` where ``node`` stands (``scope``), not one the script binds itself."""
         mode = self.open_mode(node, scope)
-        return mode is not None and any(m in mode for m in "wax")
+        return mode is not None and any(m in mode for m in "wax+")
 
     def open_mode(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """The mode a call of the builtin ``open`` gives as a string literal (``"r"`` where it
