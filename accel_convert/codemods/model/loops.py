@@ -264,11 +264,7 @@ def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tu
     many calls deep (deep-text-recognition-benchmark's ``test()`` calls ``benchmark_all_eval``
     under ``no_grad``, which calls ``validation`` with neither around it: ``validation``, also
     handed the training script's prepared loader, evaluates)."""
-    elsewhere: dict[tuple[str, str | None], bool] = {}
-    for function, evaluating in a.seeds.evaluated_from_elsewhere if a.seeds is not None else ():
-        owner, _, method = function.rpartition(".")
-        key = (owner, method) if owner else (function, None)
-        elsewhere[key] = elsewhere.get(key, True) and evaluating
+    elsewhere = _verdicts_from_elsewhere(a)
     lexical = [
         (call, call.no_grad or _switched_to_eval(switches, call.function, call.order), _callee(a, call))
         for call in a.r.calls
@@ -283,12 +279,36 @@ def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tu
         if now == found:
             break
         found = now
-    calls_out: dict[str, bool] = {}
-    for call, evaluating, callee in lexical:
-        if callee is None and a.seeds is not None and (imported := _program_callee_or_method(a, call)) is not None:
-            calls_out[imported] = calls_out.get(imported, True) and (evaluating or _caller(a, call) in found)
-    a.facts.evaluating_calls_out = calls_out
+    a.facts.evaluating_calls_out = _evaluating_calls_out(a, lexical, found)
     return found
+
+
+def _verdicts_from_elsewhere(a: Analysis) -> dict[tuple[str, str | None], bool]:
+    """The seeds' joined verdicts on how the program's other modules call this one's functions
+    and methods: evaluating only when every call of theirs evaluates."""
+    verdicts: dict[tuple[str, str | None], bool] = {}
+    for function, evaluating in a.seeds.evaluated_from_elsewhere if a.seeds is not None else ():
+        owner, _, method = function.rpartition(".")
+        key = (owner, method) if owner else (function, None)
+        verdicts[key] = verdicts.get(key, True) and evaluating
+    return verdicts
+
+
+def _evaluating_calls_out(
+    a: Analysis,
+    lexical: list[tuple[CallRecord, bool, tuple[str, str | None] | None]],
+    evaluating_here: set[tuple[str, str | None]],
+) -> dict[str, bool]:
+    """How this module calls the other modules' functions and methods (``evaluating_calls_out``):
+    evaluating when every call is made under ``no_grad``, after ``model.eval()``, or in a function
+    that is itself only called to evaluate."""
+    calls_out: dict[str, bool] = {}
+    if a.seeds is None:
+        return calls_out
+    for call, evaluating, callee in lexical:
+        if callee is None and (imported := _program_callee_or_method(a, call)) is not None:
+            calls_out[imported] = calls_out.get(imported, True) and (evaluating or _caller(a, call) in evaluating_here)
+    return calls_out
 
 
 def _caller(a: Analysis, call: CallRecord) -> tuple[str, str | None]:
