@@ -205,3 +205,54 @@ def test_a_helper_called_only_under_no_grad_evaluates() -> None:
     assert [(loop.function, loop.kind) for loop in facts.eval_loops] == [("accuracy", "eval")]
     also_with_gradients = _HELPER_CALLED_UNDER_NO_GRAD + "print(accuracy(model, test_loader))\n"
     assert not analyse(cst.parse_module(also_with_gradients)).eval_loops
+
+
+_THROUGH_ANOTHER_HELPER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def benchmark_all_eval(model):
+    for seed in (3, 4):
+        evaluation_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4)
+        print(validation(model, evaluation_loader))
+
+
+def validation(model, evaluation_loader):
+    correct = 0
+    for x, y in evaluation_loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+def train():
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4)
+    valid_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    with torch.no_grad():
+        print(validation(model, valid_loader))
+    with torch.no_grad():
+        benchmark_all_eval(model)
+"""
+
+
+def test_a_helper_called_through_another_evaluation_helper_evaluates() -> None:
+    """deep-text-recognition-benchmark's ``validation``, called under ``no_grad`` by the training
+    and, with nothing around the call, by ``benchmark_all_eval``, itself only called under
+    ``no_grad``: every call evaluates, so its loop does (issue 43; it was left ungathered)."""
+    facts = analyse(cst.parse_module(_THROUGH_ANOTHER_HELPER))
+    assert [(loop.function, loop.kind) for loop in facts.eval_loops] == [("validation", "eval")]
+
+
+def test_a_helper_also_called_with_gradients_on_does_not_evaluate() -> None:
+    """The verdict carried through a caller is still every call's: a caller running with gradients
+    on (``benchmark_all_eval`` called outside ``no_grad`` too) leaves the helper undecided."""
+    source = _THROUGH_ANOTHER_HELPER + "\n\ndef again(model):\n    benchmark_all_eval(model)\n"
+    facts = analyse(cst.parse_module(source))
+    assert facts.eval_loops == ()

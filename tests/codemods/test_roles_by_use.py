@@ -224,3 +224,49 @@ def test_parameter_groups_held_in_a_name_train_the_model_their_lists_come_from()
         "groups = decay + no_decay",
     )
     assert "model" in facts_of(summed).models
+
+
+PARAMETERS_COLLECTED_FROM_A_SELECTION = """
+import torch
+import torch.optim as optim
+
+
+class Batches:
+    def get_batch(self):
+        return torch.randn(4, 2), torch.randn(4, 1)
+
+
+def train(selection):
+    batches = Batches()
+    model = torch.nn.Linear(2, 1)
+    filtered_parameters = []
+    for p in SELECTION:
+        filtered_parameters.append(p)
+    optimizer = optim.Adadelta(filtered_parameters, lr=1.0)
+    for iteration in range(3):
+        x, y = batches.get_batch()
+        cost = torch.nn.functional.mse_loss(model(x), y)
+        model.zero_grad()
+        cost.backward()
+        optimizer.step()
+"""
+
+
+def test_a_list_collected_from_a_selection_of_parameters_makes_its_model_trained() -> None:
+    """deep-text-recognition-benchmark's ``for p in filter(lambda p: p.requires_grad,
+    model.parameters()): filtered_parameters.append(p)``: the optimizer given the list trains the
+    model, which is prepared (issue 43; it was left out of ``prepare``, its gradients never
+    averaged across processes)."""
+    for selection in (
+        "filter(lambda p: p.requires_grad, model.parameters())",
+        "list(model.parameters())",
+        "model.parameters()",
+    ):
+        facts = facts_of(PARAMETERS_COLLECTED_FROM_A_SELECTION.replace("SELECTION", selection))
+        assert "optimizer" in facts.optimizers
+        assert "model" in facts.models, selection
+
+
+def test_a_list_collected_from_something_else_names_no_model() -> None:
+    facts = facts_of(PARAMETERS_COLLECTED_FROM_A_SELECTION.replace("SELECTION", "filter(None, [model.weight])"))
+    assert "model" not in facts.models

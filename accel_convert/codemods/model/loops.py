@@ -258,22 +258,65 @@ def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tu
     torch.set_grad_enabled(False):``), so their loops evaluate. The calls other modules of the
     program make count too (the helper in ``helper.py``, the call in the training script): each
     module tells the program how it calls the others' functions (``evaluating_calls_out``), and
-    the seeds hand the joined verdicts to the callee's module."""
+    the seeds hand the joined verdicts to the callee's module.
+
+    A call made in a function that is itself called only to evaluate evaluates as well, however
+    many calls deep (deep-text-recognition-benchmark's ``test()`` calls ``benchmark_all_eval``
+    under ``no_grad``, which calls ``validation`` with neither around it: ``validation``, also
+    handed the training script's prepared loader, evaluates)."""
+    elsewhere = _verdicts_from_elsewhere(a)
+    lexical = [
+        (call, call.no_grad or _switched_to_eval(switches, call.function, call.order), _callee(a, call))
+        for call in a.r.calls
+    ]
+    found: set[tuple[str, str | None]] = set()
+    while True:
+        verdicts = dict(elsewhere)
+        for call, evaluating, callee in lexical:
+            if callee is not None:
+                verdicts[callee] = verdicts.get(callee, True) and (evaluating or _caller(a, call) in found)
+        now = {callee for callee, evaluating in verdicts.items() if evaluating}
+        if now == found:
+            break
+        found = now
+    a.facts.evaluating_calls_out = _evaluating_calls_out(a, lexical, found)
+    return found
+
+
+def _verdicts_from_elsewhere(a: Analysis) -> dict[tuple[str, str | None], bool]:
+    """The seeds' joined verdicts on how the program's other modules call this one's functions
+    and methods: evaluating only when every call of theirs evaluates."""
     verdicts: dict[tuple[str, str | None], bool] = {}
-    calls_out: dict[str, bool] = {}
-    for call in a.r.calls:
-        evaluating = call.no_grad or _switched_to_eval(switches, call.function, call.order)
-        callee = _callee(a, call)
-        if callee is not None:
-            verdicts[callee] = verdicts.get(callee, True) and evaluating
-        elif a.seeds is not None and (imported := _program_callee_or_method(a, call)) is not None:
-            calls_out[imported] = calls_out.get(imported, True) and evaluating
-    a.facts.evaluating_calls_out = calls_out
     for function, evaluating in a.seeds.evaluated_from_elsewhere if a.seeds is not None else ():
         owner, _, method = function.rpartition(".")
         key = (owner, method) if owner else (function, None)
         verdicts[key] = verdicts.get(key, True) and evaluating
-    return {callee for callee, evaluating in verdicts.items() if evaluating}
+    return verdicts
+
+
+def _evaluating_calls_out(
+    a: Analysis,
+    lexical: list[tuple[CallRecord, bool, tuple[str, str | None] | None]],
+    evaluating_here: set[tuple[str, str | None]],
+) -> dict[str, bool]:
+    """How this module calls the other modules' functions and methods (``evaluating_calls_out``):
+    evaluating when every call is made under ``no_grad``, after ``model.eval()``, or in a function
+    that is itself only called to evaluate."""
+    calls_out: dict[str, bool] = {}
+    if a.seeds is None:
+        return calls_out
+    for call, evaluating, callee in lexical:
+        if callee is None and (imported := _program_callee_or_method(a, call)) is not None:
+            calls_out[imported] = calls_out.get(imported, True) and (evaluating or _caller(a, call) in evaluating_here)
+    return calls_out
+
+
+def _caller(a: Analysis, call: CallRecord) -> tuple[str, str | None]:
+    """The function ``(name, None)`` or method ``(class, method)`` a call is made in, keyed as
+    :func:`_callee` keys what it calls."""
+    if call.function in a.r.classes and len(call.scope) >= 2:
+        return call.function, call.scope[1]
+    return call.function, None
 
 
 def _program_callee_or_method(a: Analysis, call: CallRecord) -> str | None:

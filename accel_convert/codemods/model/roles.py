@@ -371,8 +371,10 @@ def _grouped_parameters(assign: AssignRecord, parameter_sources: dict[str, set[s
 def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
     """Lists of parameters filled in a loop over a model's parameters, as detection code groups
     biases apart for their own learning rate (``for name, param in model.named_parameters():
-    biases.append(param)``, then ``SGD(params=[{'params': biases, ...}, ...])``): list → the
-    model."""
+    biases.append(param)``, then ``SGD(params=[{'params': biases, ...}, ...])``), also over a
+    selection of them (deep-text-recognition-benchmark's ``for p in filter(lambda p:
+    p.requires_grad, model.parameters()): filtered_parameters.append(p)``, then
+    ``Adadelta(filtered_parameters)``): list → the model."""
     found: dict[str, set[str]] = {}
     for call in a.r.calls:
         func = call.node.func
@@ -380,15 +382,10 @@ def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
             continue
         collected = dotted(func.value)
         source = call.loops[-1].node.iter
-        if (
-            collected is not None
-            and isinstance(source, cst.Call)
-            and isinstance(source.func, cst.Attribute)
-            and source.func.attr.value in ("parameters", "named_parameters")
-        ):
-            receiver = dotted(source.func.value)
-            if receiver is not None:
-                found.setdefault(collected, set()).update(_parameter_roots(a, {receiver}))
+        if collected is not None and isinstance(source, cst.Call) and _is_a_selection(source):
+            receivers = _parameter_receivers_in(source)
+            if receivers:
+                found.setdefault(collected, set()).update(_parameter_roots(a, receivers))
     return found
 
 
