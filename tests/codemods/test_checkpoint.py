@@ -275,6 +275,36 @@ def main():
     assert again == code
 
 
+def test_loads_in_a_row_wait_once_and_a_load_after_a_save_waits_again() -> None:
+    body = """\
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1)
+    head = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(head(model(x)), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+    torch.save(head.state_dict(), "head.pt")
+    model.load_state_dict(torch.load("model.pt"))
+    head.load_state_dict(torch.load("head.pt"))
+    torch.save(head.state_dict(), "head2.pt")
+    head.load_state_dict(torch.load("head2.pt"))
+"""
+    code, _ = convert(body)
+    lines = [line.strip() for line in code.splitlines()]
+    first = next(i for i, line in enumerate(lines) if 'torch.load("model.pt"' in line)
+    # Nothing is written between two loads in a row: the barrier before the first serves both.
+    assert lines[first - 1] == "accelerator.wait_for_everyone()"
+    assert 'torch.load("head.pt"' in lines[first + 1]
+    last = next(i for i, line in enumerate(lines) if 'torch.load("head2.pt"' in line)
+    assert lines[last - 1] == "accelerator.wait_for_everyone()"
+    again, _ = convert_text(code)
+    assert again == code
+
+
 def test_an_export_after_training_traces_the_unwrapped_model() -> None:
     # On the main process alone, a forward through the DDP wrapper waits for the other ranks.
     body = """\

@@ -157,6 +157,47 @@ def test_star_imports_of_program_modules_bind_their_public_functions():
     assert "def evaluate(model, loader):" in code["engine"]
 
 
+HELPERS = """\
+import sys
+import numpy as np
+
+__version__ = "1"
+
+
+def banner(text):
+    sys.stdout.write(text)
+"""
+
+
+@pytest.mark.parametrize(
+    ("helpers", "bound"),
+    [
+        (HELPERS, {"sys": "sys", "np": "numpy"}),
+        (HELPERS.replace("import numpy as np", "import numpy as np\nimport os as _os"), {"sys": "sys", "np": "numpy"}),
+        (HELPERS.replace('__version__ = "1"', '__all__ = ["banner"]'), {}),
+    ],
+    ids=["imports", "private-alias-left-out", "listed-in-__all__"],
+)
+def test_star_imports_bind_the_libraries_the_star_imported_module_imports(helpers: str, bound: dict[str, str]):
+    entry = "from helpers import *\n\nsys.stdout.write('hello')\n"
+    seeds = Program(modules(train=entry, helpers=helpers), "train").plan()
+    assert dict(seeds["train"].star_library_imports) == bound
+
+
+def test_a_console_write_through_a_star_imported_sys_goes_to_the_main_process():
+    entry = TRAIN.replace("import engine\n", "import engine\nfrom helpers import *\n").replace(
+        "        engine.evaluate(model, test_loader)\n",
+        "        engine.evaluate(model, test_loader)\n        sys.stdout.write(f'epoch {epoch}')\n",
+    )
+    code = converted("train", train=entry, engine=ENGINE, data=DATA, helpers=HELPERS)
+    assert "        if accelerator.is_main_process:\n            sys.stdout.write(" in code["train"]
+    # Bound in the module itself, ``sys`` is that binding, not the star import's.
+    own = entry.replace("def main():", "sys = None\n\n\ndef main():")
+    code = converted("train", train=own, engine=ENGINE, data=DATA, helpers=HELPERS)
+    assert "        sys.stdout.write(" in code["train"]
+    assert "is_main_process:\n            sys.stdout.write(" not in code["train"]
+
+
 def test_the_converted_program_converts_to_itself():
     first = converted("train", train=TRAIN, engine=ENGINE, data=DATA)
     outcomes = convert_program(modules(**first), "train", Options())

@@ -21,7 +21,7 @@ imported module name.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Literal
@@ -220,10 +220,13 @@ class NameCollector(cst.CSTVisitor):
     """Fills a :class:`NameTable`. Subclasses (the analysis) extend the visit methods and read
     :attr:`scope` to know where they are."""
 
-    def __init__(self) -> None:
+    def __init__(self, star_imports: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self.names = NameTable()
         self.scope: ScopeKey = ()
+        #: What a ``from <module of the program> import *`` binds of that module's own imports
+        #: (``sys`` → ``sys``, ``np`` → ``numpy``): the program's seeds know it, this module does not.
+        self.star_imports = star_imports or {}
         #: The name the assignment being visited binds to a name or attribute chain, and that
         #: chain (``optim_name = optim.SGD``): an alias, not an unknown value.
         self._alias: tuple[str, str] | None = None
@@ -290,6 +293,9 @@ class NameCollector(cst.CSTVisitor):
                 self._current().bind_import(top, top)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            for bound, qualified in self.star_imports.items():
+                self._current().bind_import(bound, qualified)
         if node.relative or node.module is None:
             # Relative imports name the script's own package: not something we match.
             if not isinstance(node.names, cst.ImportStar):

@@ -172,6 +172,25 @@ class Program:
             for public in self._public_names(source, set())
         }
 
+    def star_library_bindings(self, name: str) -> dict[str, str]:
+        """What a module's ``from <program module> import *`` binds of that module's own imports
+        of libraries (``sys`` after ``from utils import *`` where ``utils`` imports ``sys``) →
+        their qualified names; followed through the star imports of the modules imported so."""
+        found: dict[str, str] = {}
+        pending, seen = list(self.shapes[name].star_imports), {name}
+        while pending:
+            source = pending.pop(0)
+            if source in seen or source not in self.shapes:
+                continue
+            seen.add(source)
+            shape = self.shapes[source]
+            if not shape.lists_all:
+                for bound, qualified in shape.library_imports.items():
+                    if not bound.startswith("_"):
+                        found.setdefault(bound, qualified)
+            pending.extend(shape.star_imports)
+        return found
+
     def _public_names(self, module: str, seen: set[str]) -> set[str]:
         """What ``from <module> import *`` binds of interest: its public functions and classes,
         and what it re-exports itself."""
@@ -216,6 +235,7 @@ class Program:
                 library=name != self.entry,
                 relative_imports=tuple(sorted(shape.relative.items())),
                 star_imports=tuple(sorted(self.star_bindings(name).items())),
+                star_library_imports=tuple(sorted(self.star_library_bindings(name).items())),
                 aliases=aliases,
                 python_outputs=python_outputs,
                 row_collates=row_collates,

@@ -150,6 +150,9 @@ class ProgramSeeds:
     relative_imports: tuple[tuple[str, str], ...] = ()
     #: Names a ``from <program module> import *`` binds → absolute qualified name.
     star_imports: tuple[tuple[str, str], ...] = ()
+    #: Names a ``from <program module> import *`` binds to what that module imports from
+    #: libraries (``sys``, ``np``) → their qualified names (``sys``, ``numpy``).
+    star_library_imports: tuple[tuple[str, str], ...] = ()
     #: Program-wide: a qualified name a function is re-exported under → where it is defined
     #: (``mylib.train`` → ``mylib.engine.train``).
     aliases: tuple[tuple[str, str], ...] = ()

@@ -39,6 +39,12 @@ class ModuleShape:
     reexports: dict[str, str] = field(default_factory=dict)
     #: Program modules this module star-imports (``from .engine import *``).
     star_imports: list[str] = field(default_factory=list)
+    #: Module-level imports of what lies outside the program: bound → qualified name (``sys`` →
+    #: ``sys``, ``np`` → ``numpy``, ``save_image`` → ``torchvision.utils.save_image``), which a
+    #: ``from <this module> import *`` binds too, unless the module lists ``__all__``.
+    library_imports: dict[str, str] = field(default_factory=dict)
+    #: Whether the module binds ``__all__`` at the top level (what ``*`` takes is then its list).
+    lists_all: bool = False
     #: Module-level class → its methods → their parameters after the instance, and how many of
     #: them are positional (``early_stopping(val_loss, model)`` fills ``__call__``'s).
     methods: dict[str, dict[str, tuple[tuple[str, ...], int]]] = field(default_factory=dict)
@@ -114,6 +120,15 @@ class ShapeReader(cst.CSTVisitor):
             self.shape.imports.update(
                 p for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in self.program
             )
+            if self.depth == 0 and parts[0] not in self.program:
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    self.shape.library_imports[alias.asname.name.value] = full
+                else:
+                    self.shape.library_imports[parts[0]] = parts[0]  # ``import a.b`` binds ``a``
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if self.depth == 0 and isinstance(node.target, cst.Name) and node.target.value == "__all__":
+            self.shape.lists_all = True
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
@@ -138,6 +153,8 @@ class ShapeReader(cst.CSTVisitor):
                 self.shape.relative[bound.value] = full
             if base in self.program and self.depth == 0:
                 self.shape.reexports[bound.value] = full
+            elif self.depth == 0 and not node.relative and base.split(".")[0] not in self.program:
+                self.shape.library_imports[bound.value] = full
 
 
 def function_extents(source: str | bytes | None, module: cst.Module) -> dict[str, tuple[int, int]]:

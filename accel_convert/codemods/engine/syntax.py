@@ -92,6 +92,15 @@ def statement(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code)
 
 
+def as_operand(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``value`` ready to be an operand that binds tightly (``not value``, ``value.items()``): a
+    name, an attribute, a subscript, a call or anything already in parentheses as it is, anything
+    else in parentheses (``(a if c else b).items()``)."""
+    if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or value.lpar:
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
 def method_call(node: cst.CSTNode, *names: str) -> bool:
     """``node`` is a call ``<something>.<one of names>(...)``."""
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names

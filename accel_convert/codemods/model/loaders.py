@@ -413,12 +413,13 @@ def _loader_taken_by_index(a: Analysis, assign: AssignRecord) -> None:
 def _record_element(a: Analysis, function: str, name: str, held: str, index: int) -> None:
     """Record ``name`` in ``function`` as holding element ``index`` of the loader tuple ``held``
     (like an argument flowing into a parameter), where ``held`` is one of known length."""
-    holders = {
-        site
+    held_lengths = {
+        site: length
         for site in a.origin_sites(function, held) | {(function, held)}
-        if a.facts.loader_tuple_length(site[1]) is not None
+        if (length := a.facts.loader_tuple_length(site[1])) is not None
     }
-    lengths = {a.facts.loader_tuple_length(site[1]) for site in holders} or {_seeded_parts(a, held)}
+    holders = set(held_lengths)
+    lengths: set[int | None] = set(held_lengths.values()) or {_seeded_parts(a, held)}
     if len(lengths) != 1:
         return
     (length,) = lengths

@@ -53,7 +53,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.chosen_names import next_read
-from accel_convert.codemods.engine.devices import is_move, peel_moves
+from accel_convert.codemods.engine.devices import constructed, is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
 from accel_convert.codemods.engine.loader_values import holds_loaders
@@ -71,7 +71,7 @@ from accel_convert.codemods.engine.syntax import (
     parameters_filled,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, DATA_PARALLEL, is_model_constructor
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import nested_function, pairwise
 from accel_convert.codemods.model.provider import provider
@@ -245,8 +245,10 @@ class ConversionPlan:
     #: made where the accelerator exists, in any module) looping over a loader it builds:
     #: ``evaluation.evaluate_on_val`` called in the entry's epoch loop or for a baseline.
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    #: Module-level function the accelerator does not reach → the models it names that no
-    #: ``prepare`` can have wrapped (an inference path building its own model): nothing to unwrap.
+    #: Module-level function, or ``"Class.method"`` of a class that does not train → the models
+    #: it names that no ``prepare`` can have wrapped (an inference path building its own model,
+    #: reached by the accelerator or not): nothing to unwrap, and their moves stay (see
+    #: ``own_models``).
     models_never_prepared: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
     #: The attributes of a training bundle that the block building it hands on from outside its
     #: class (``exp.model`` after ``exp = Experiment()`` in ``main()``, handed to ``train(exp.model,
@@ -390,6 +392,14 @@ class ConversionPlan:
         if owner is None:
             return self.evaluation_preparations.get(function, ())
         return self.method_preparations.get(owner, {}).get(function, ())
+
+    def own_models(self, scope: tuple[str, ...]) -> AbstractSet[str]:
+        """The models the function or method ``scope`` (``("predict",)``, ``("Predictor",
+        "__init__")``) builds for itself, which no ``prepare`` wraps or places on the device,
+        whatever other block prepares a model of the same name (``models_never_prepared``)."""
+        if len(scope) not in (1, 2):
+            return frozenset()
+        return self.models_never_prepared.get(".".join(scope), frozenset())
 
     def prepared_in(self, name: str) -> str | None:
         """The block that prepares ``name``: a module-level function, ``"<module>"``, a training
@@ -762,25 +772,21 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
     accelerator reaches (the functions its home block calls, transitively) or what a function
     of the file returns to its caller (``model = main()``). So a model that a function outside
     that reach builds itself (``model = Translator(...).to(DEVICE)``, ``torch.load(path)``:
-    every binding there a construction, no call of the file's functions), or is handed only by
-    such functions, is the script's own module, never a wrapper. Module-level code and callers
-    that cannot be followed keep it unknown."""
+    every binding there a construction or a move of itself, no call of the file's functions), or
+    is handed only by such functions, is the script's own module, never a wrapper. So is a model
+    that a function inside the reach, or a method of a class that does not train, builds and
+    neither prepares nor returns (a ``predict()`` the home block calls, a ``Predictor``'s
+    ``__init__``, building its own ``model`` of the name the home block prepares): only the home
+    block, the function creating the accelerator and the training functions and classes
+    prepare. Module-level code and callers that cannot be followed keep it unknown."""
     if a.facts.home_kind == "library":
         return {}
-    outside = set(a.r.defs) - a.facts.accessible_functions
-    built: dict[str, set[str]] = {}
-    other: dict[str, set[str]] = {}
-    for assign in a.r.assigns:
-        if assign.function not in outside or len(assign.scope) != 1:
-            continue
-        models = set(assign.targets) & a.facts.models
-        constructed = peel_moves(assign.value)
-        fresh = (
-            isinstance(constructed, cst.Call)
-            and not (isinstance(constructed.func, cst.Name) and constructed.func.value in a.r.defs)
-            and len(assign.targets) == 1
-        )
-        (built if fresh else other).setdefault(assign.function, set()).update(models)
+    preparing = a.facts.training_functions | {a.facts.main_function, a.facts.creating_function}
+    returning = {function for function, value in a.r.returns if _names_a_model(value, a)} | {
+        ".".join(scope) for scope, value in a.r.method_returns if _names_a_model(value, a)
+    }
+    outside = set(a.r.defs) - (a.facts.accessible_functions & (preparing | returning))
+    built, other = _model_bindings(a)
     found: dict[str, frozenset[str]] = {}
     for function in sorted(outside):
         never = frozenset(
@@ -793,7 +799,42 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
         )
         if never:
             found[function] = never
+    for method in sorted(built.keys() - returning):
+        owner = method.partition(".")[0]
+        if owner in a.r.classes and owner not in a.facts.training_classes and built[method] - other.get(method, set()):
+            found[method] = frozenset(built[method] - other.get(method, set()))
     return found
+
+
+def _names_a_model(value: cst.BaseExpression, a: Analysis) -> bool:
+    """Whether a returned ``value`` is a model (``return model``, ``return model.to(device)``,
+    ``return model, optimizer``), not something computed from one (``return model(x)``)."""
+    parts = [element.value for element in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+    return any(isinstance(root := constructed(part), cst.Name) and root.value in a.facts.models for part in parts)
+
+
+def _model_bindings(a: Analysis) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Module-level function or ``"Class.method"`` → the model names it binds to a fresh object
+    (a construction or a load, not a call of the file's functions nor a ``prepare``), and → those
+    it binds any other way. A move or a mode switch of the model itself (``model =
+    model.to(device)``, ``model = model.eval()``) is neither."""
+    built: dict[str, set[str]] = {}
+    other: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        models = set(assign.targets) & a.facts.models
+        if not models or len(assign.scope) not in (1, 2):
+            continue
+        built_value = constructed(assign.value)
+        if len(assign.targets) == 1 and isinstance(built_value, cst.Name) and built_value.value == assign.targets[0]:
+            continue
+        fresh = (
+            isinstance(built_value, cst.Call)
+            and not (isinstance(built_value.func, cst.Name) and built_value.func.value in a.r.defs)
+            and not is_any_prepare(built_value)
+            and len(assign.targets) == 1
+        )
+        (built if fresh else other).setdefault(".".join(assign.scope), set()).update(models)
+    return built, other
 
 
 @dataclass(eq=False)
@@ -1415,7 +1456,7 @@ def _models_evaluated_in(
 def _evaluated_over_loader(name: str, statements: Sequence[cst.BaseStatement], a: Analysis) -> bool:
     """Whether one of ``statements`` calls ``name`` and reads a loader, and none moves it."""
     loaders = a.facts.loaders
-    return not _moved_in(name, statements) and any(
+    return not _moved_in(name, statements, a.facts) and any(
         _called_in(name, [node])
         and any(isinstance(inner, cst.Name) and inner.value in loaders for inner in nodes_in(node))
         for node in statements
@@ -1444,7 +1485,7 @@ def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
                 if (model := _model_built(node, a.facts)) is not None
                 and model not in own
                 and _called_over_prepared(model, body[index + 1 :], prepared)
-                and not _moved_in(model, body[index + 1 :])
+                and not _moved_in(model, body[index + 1 :], a.facts)
             }
             # A model the class only evaluates, kept in an attribute (``self.net = Net()`` in
             # ``__init__``, called over ``self.loader`` in ``run()``).
@@ -1453,7 +1494,7 @@ def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
                 for node in body
                 if (model := _attribute_model_built(node, a.facts)) is not None
                 and _called_over_prepared(model, everywhere, prepared)
-                and not _moved_in(model, everywhere)
+                and not _moved_in(model, everywhere, a.facts)
             }
             if moves:
                 found[f"{name}.{method}"] = moves
@@ -1468,19 +1509,27 @@ def _called_over_prepared(name: str, statements: Sequence[cst.BaseStatement], pr
     )
 
 
-def _moved_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
+def _moved_in(name: str, statements: Sequence[cst.BaseStatement], facts: FactsDraft | ScriptFacts) -> bool:
     """Whether one of ``statements`` moves ``name`` itself (``best.to(device)``: the original's
-    own move, or the one a conversion wrote), or prepares it (``model = accelerator.prepare(model)``
-    in a method building it: prepare moves it)."""
+    own move, or the one a conversion wrote; ``nn.DataParallel(best).to(device)`` moves the
+    module it wraps), or prepares it (``model = accelerator.prepare(model)`` in a method
+    building it: prepare moves it)."""
     return any(
         isinstance(inner, cst.Call)
         and (
-            (is_move(inner) and dotted(peel_moves(inner)) == name)
+            (is_move(inner) and dotted(_unwrapped(peel_moves(inner), facts)) == name)
             or (is_any_prepare(inner) and name in prepared_arguments(inner))
         )
         for node in statements
         for inner in nodes_in(node)
     )
+
+
+def _unwrapped(value: cst.BaseExpression, facts: FactsDraft | ScriptFacts) -> cst.BaseExpression:
+    """The module an ``nn.DataParallel(module)`` call wraps; any other ``value`` as it is."""
+    if isinstance(value, cst.Call) and facts.callee_name(value.func) in DATA_PARALLEL and value.args:
+        return value.args[0].value
+    return value
 
 
 def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:

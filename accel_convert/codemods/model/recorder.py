@@ -8,6 +8,7 @@ Records hold libcst nodes of the tree walked; the facts the providers draw from 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -173,8 +174,8 @@ class Recorder(NameCollector):
     #: Statements and calls, in pre-order: ``walk`` appends them to ``collected``.
     collected_types = POSITIONED_TYPES
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, star_imports: Mapping[str, str] | None = None) -> None:
+        super().__init__(star_imports)
         self.collected: list[cst.CSTNode] = []
         #: Every identifier (a name, or an attribute's name after the dot) and every dotted path
         #: (``model.state_dict``) → the index in ``collected`` of the statement or call it was last

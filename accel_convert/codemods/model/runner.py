@@ -139,7 +139,7 @@ def analyse(
 def record(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> Analysis:
     """The one walk over ``module``: its records and the original position of every statement
     and call, ready for the providers."""
-    recorder = Recorder()
+    recorder = Recorder(dict(seeds.star_library_imports) if seeds is not None else None)
     walk(module, recorder)
     recorder.follow_returning_methods()
     origins = OriginIndex()

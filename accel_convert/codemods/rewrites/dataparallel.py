@@ -19,10 +19,11 @@ from accel_convert.codemods.engine.devices import names_device, peel_moves
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.syntax import as_operand, dotted
 from accel_convert.codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.plan import plan_of
 
 #: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
 PARALLEL_FEATURES = frozenset(
@@ -234,7 +235,7 @@ class _DataParallelRemover(RuleTransformer):
         )
         stripped = cst.parse_expression('{key.removeprefix("module."): value for key, value in STATE.items()}')
         assert isinstance(stripped, cst.DictComp)
-        items = cst.Call(func=cst.Attribute(value=_in_parentheses(first.value), attr=cst.Name("items")))
+        items = cst.Call(func=cst.Attribute(value=as_operand(first.value), attr=cst.Name("items")))
         comprehension = stripped.with_changes(for_in=stripped.for_in.with_changes(iter=items))
         return updated_node.with_changes(args=[first.with_changes(value=comprehension), *updated_node.args[1:]])
 
@@ -258,10 +259,14 @@ class _DataParallelRemover(RuleTransformer):
         return updated_node.with_changes(body=body)
 
     def _assigns_to_itself(self, statement: cst.BaseSmallStatement) -> bool:
-        """``model = model`` (or ``model = model.cuda()``: prepare moves the model) after the unwrap."""
+        """``model = model`` (or ``model = model.cuda()``: prepare moves the model) after the unwrap;
+        a function's own model, which no prepare places (``predict()`` building its own), keeps
+        its move."""
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             return False
         target = dotted(statement.targets[0].target)
+        if isinstance(statement.value, cst.Call) and target in plan_of(self.facts).own_models(self.scope):
+            return False
         value = peel_moves(statement.value, lambda node: names_device(node, self.facts))
         return target is not None and dotted(value) == target
 
@@ -338,14 +343,6 @@ class _DataParallelMention(cst.CSTVisitor):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
-
-
-def _in_parentheses(value: cst.BaseExpression) -> cst.BaseExpression:
-    """``value`` as the object of an attribute: a name, attribute, subscript or call as it is,
-    anything else in parentheses."""
-    if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or value.lpar:
-        return value
-    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:

@@ -772,11 +772,16 @@ class CheckpointCodemod(Rule):
         saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
         waited: list[Change] = []
         unguarded: list[tuple[str, int]] = []
-        if (rewriter.saves or saved_elsewhere) and rewriter.loads:
-            loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
+        loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
+        if (rewriter.saves or saved_elsewhere) and loads:
             waits = WaitBeforeLoads(facts, loads, report=not rewriter.saves)
-            new_module = new_module.visit(waits)
-            waited, unguarded = waits.changes(module), waits.unguarded
+            waited_module = new_module.visit(waits)
+            unguarded = waits.unguarded
+            # Loads only where the rewriter does not go (a dataset's cache, a ``Predictor``
+            # class without the accelerator) get no barrier before them; those where none can
+            # go still make the ranks wait after the save they may read.
+            if rewriter.loads:
+                new_module, waited = waited_module, waits.changes(module)
         new_module, after = _wait_after_writes(new_module, module, facts, rewriter.saves, unguarded)
         return new_module, returned([*rewriter.changes(module), *waited, *after, *reported])
 

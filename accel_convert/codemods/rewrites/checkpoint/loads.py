@@ -81,6 +81,7 @@ class WaitBeforeLoads(BarrierPlacer):
 
     def with_barriers(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
+        after_load = False  # the statement before loads too: one barrier serves loads in a row
         for statement in statements:
             loads = isinstance(statement, cst.SimpleStatementLine) and contains_call(
                 statement, self.facts, "torch.load"
@@ -90,7 +91,9 @@ class WaitBeforeLoads(BarrierPlacer):
                 # ``with open(path, "rb") as f: model = torch.load(f)``: the file is opened before
                 # the load, so the ranks wait before the ``with`` (the barrier in it came too late).
                 statement, loads = opened, True
-            if loads and not (result and is_barrier(result[-1], self.facts)):
+            waits = after_load or (bool(result) and is_barrier(result[-1], self.facts))
+            after_load = loads
+            if loads and not waits:
                 result.append(
                     cst.SimpleStatementLine(
                         [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],

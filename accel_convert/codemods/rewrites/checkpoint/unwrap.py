@@ -4,9 +4,9 @@ nn.Module's own stay on the wrapper. A write goes to the model too (``model.hidd
 model.init_hidden(bs)``, an LSTM tagger's state reset before each batch): set on the wrapper, it
 would never reach the ``self.hidden`` the model's ``forward`` reads. A custom method that runs
 the model in training goes through ``accelerator.as_forward`` instead (the runtime), or is
-reported (ACC921). Where no accelerator is reachable, such a read is reported (ACC914), unless
-the plan knows no prepared model gets there: an inference path the training never calls that
-builds or loads its own model (``models_never_prepared``)."""
+reported (ACC921). Where no accelerator is reachable, such a read is reported (ACC914). A model
+a function or a class that does not train builds or loads for itself (an inference path, called
+by the training or not: the plan's ``own_models``) is no wrapper: its reads stay as they are."""
 
 from __future__ import annotations
 
@@ -96,10 +96,10 @@ class UnwrapsModelAttributes(RuleTransformer):
             return updated_node  # a model held in another attribute is not prepared: nothing to unwrap
         if self._prepare_pending[-1].ahead(owner):
             return updated_node
+        if owner in plan_of(self.facts).own_models(self.scope):
+            return updated_node  # the function's own model, which no prepare wraps
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
-            if len(self.scope) == 1 and owner in plan_of(self.facts).models_never_prepared.get(self.scope[0], ()):
-                return updated_node  # the function's own model, which no prepare wraps
             self.report(
                 original_node,
                 "ACC914",

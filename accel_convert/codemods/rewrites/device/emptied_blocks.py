@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.syntax import as_operand, dotted
 from accel_convert.codemods.rewrites.device.state import DeviceWalkState
 
 
@@ -59,7 +59,7 @@ class EmptiedBlocks(DeviceWalkState):
         if isinstance(orelse, cst.Else) and has_statements(orelse.body):
             # ``if cuda: <nothing> else: x`` → ``if not cuda: x``
             return updated_node.with_changes(
-                test=cst.UnaryOperation(cst.Not(), _parenthesized(updated_node.test)),
+                test=cst.UnaryOperation(cst.Not(), as_operand(updated_node.test)),
                 body=orelse.body,
                 orelse=None,
             )
@@ -126,9 +126,3 @@ def with_pass(block: cst.BaseSuite) -> cst.BaseSuite:
     if isinstance(block, cst.IndentedBlock):
         return block.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
     return block.with_changes(body=[cst.Pass()])
-
-
-def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-        return test
-    return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

@@ -71,6 +71,8 @@ class Moves(DeviceWalkState):
         if self._rebuilt_model(receiver, name):
             return False  # a model built again after training is not the prepared one
         models = self.facts.models - self.facts.of(cpu_models) - self.facts.of(copied_models)
+        # A function's own model (``predict()`` building ``model`` itself): no prepare places it.
+        models = models - plan_of(self.facts).own_models(self.scope)
         if name is not None and name in models:
             return True
         # A copy (an EMA) made before prepare() must find the model on the device already.
