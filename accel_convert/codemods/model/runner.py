@@ -54,6 +54,7 @@ PROVIDERS: tuple[Provider, ...] = (
     source.word_lines,
     loaders.loader_classes,
     classes.model_factories,
+    classes.model_parts,
     calls.call_graph,
     calls.functions_called_out_of_sight,
     file_flow.path_parameters,
