@@ -586,6 +586,11 @@ class ScriptFacts(FactQuestions):
     #: class): a call of one from outside (``model.extractor(imgs)``) runs part of the model
     #: outside its forward, here and, through the seeds' ``model_parts``, in the other modules.
     model_parts: AbstractSet[str] = frozenset()
+    #: Methods of the file's model classes that evaluate (``"FasterRCNN.predict"``): they switch
+    #: their instance to eval mode (``self.eval()``) or run it under ``no_grad`` only. A loop over
+    #: a loader calling one on a model evaluates, here and, through the seeds'
+    #: ``evaluating_methods``, in the other modules.
+    evaluating_methods: AbstractSet[str] = frozenset()
     #: Module-level classes deriving from a ``DataLoader`` (torch's, another of the file's, or a
     #: loader class of another module of the program): see :meth:`FactQuestions.builds_data_loader`.
     loader_classes: AbstractSet[str] = frozenset()
@@ -840,6 +845,7 @@ class FactsDraft(FactQuestions):
     model_factories: set[str] = field(default_factory=set)
     optimizer_methods: set[str] = field(default_factory=set)
     model_parts: set[str] = field(default_factory=set)
+    evaluating_methods: set[str] = field(default_factory=set)
     loader_classes: set[str] = field(default_factory=set)
     training_classes: set[str] = field(default_factory=set)
     training_bases: set[str] = field(default_factory=set)

@@ -77,6 +77,7 @@ PROVIDERS: tuple[Provider, ...] = (
     file_flow.file_loggers,
     program.parameter_roles,
     roles.flow_into_parameters,
+    loops.evaluating_methods,
     loops.loops,
     file_flow.per_batch_file_loaders,
     file_flow.statistics_loaders,
