@@ -29,9 +29,9 @@ def training_method_calls(a: Analysis) -> frozenset[str]:
     ``forward`` runs (``model.extractor(imgs)``, of this module's model classes or, through the
     seeds, of the program's: faster-rcnn's trainer runs ``self.faster_rcnn.extractor``, ``.rpn``
     and ``.head`` one by one): DDP averages gradients only for what runs inside its forward.
-    In training: in a loop running the backward (the innermost around the call), or, not under ``no_grad``, in a training step
-    (a function or method running the backward outside any loop, and the methods it calls on its
-    instance: the trainer's ``forward`` that ``train_step`` calls)."""
+    In training: in a loop running the backward (the innermost around the call), or in a training
+    step (a function or method running the backward outside any loop, and the methods it calls on
+    its instance: the trainer's ``forward`` that ``train_step`` calls)."""
     running = _methods_running_the_model(a) | _parts_of_models(a)
     steps = _training_steps(a)
     found = set()
@@ -43,7 +43,7 @@ def training_method_calls(a: Analysis) -> frozenset[str]:
         if owner not in a.facts.models:
             continue
         # The innermost loop: an evaluation loop nested in the epoch loop does not train.
-        if (call.loops and call.loops[-1].has_backward) or (not call.no_grad and call.scope[:2] in steps):
+        if (call.loops and call.loops[-1].has_backward) or call.scope[:2] in steps:
             found.add(f"{owner}.{func.attr.value}")
     return frozenset(found)
 
