@@ -372,7 +372,8 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> dict[str, set[str
 
 def _sums_grown_ungathered(a: Analysis) -> dict[str, set[str]]:
     """What an evaluation loop over a loader grows (``total += ...``, ``preds.append(...)``,
-    ``pred_bboxes += pred_bboxes_``) where no known model is called in it (``model(x)``): its
+    ``pred_bboxes += pred_bboxes_``) where no known model is called in it (``model(x)``) and
+    nothing gathers (``accelerator.gather_for_metrics``, in a script converted already): its
     forward runs out of sight (``faster_rcnn.predict(imgs, sizes)``, a model handed to a helper,
     models from a list), so nothing gathers what it counts (the metrics rule reports it:
     ACC944, ACC945) and each process holds its own shard's. By function."""
@@ -380,8 +381,15 @@ def _sums_grown_ungathered(a: Analysis) -> dict[str, set[str]]:
     evaluations = {site for site in (record.site for record in facts.eval_loops)}
     models = facts.models | facts.frozen_models
     loops = {id(loop) for loop in a.r.loops if a.site(loop.node) in evaluations}
-    forwards = {id(loop) for call in a.r.calls if dotted(call.node.func) in models for loop in call.loops}
-    ungathered = loops - forwards
+    # A loop calling a known model (the metrics rule gathers its outputs), or gathering already.
+    gathered = {
+        id(loop)
+        for call in a.r.calls
+        if dotted(call.node.func) in models
+        or (isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in AGREEING_CALLS)
+        for loop in call.loops
+    }
+    ungathered = loops - gathered
     sums: dict[str, set[str]] = {}
     if not ungathered:
         return sums
