@@ -70,6 +70,14 @@ def test_a_method_run_as_forward_averages_gradients_and_the_unwrapped_one_does_n
         assert result["as_forward"]["as_forward_forward_after"] == result["as_forward"]["unwrapped_forward_after"]
 
 
+def test_parts_run_as_forward_one_by_one_keep_the_ranks_weights_equal(ranks: list[dict]) -> None:
+    # A trainer calling the model's parts one by one (extractor, then rpn and head on its output)
+    # before one backward: through as_forward, DDP averages the ranks' different gradients.
+    through, unwrapped = ([r["parts_as_forward"][route] for r in ranks] for route in ("as_forward", "unwrapped"))
+    assert through[0] == pytest.approx(through[1], rel=1e-6)
+    assert unwrapped[0] != pytest.approx(unwrapped[1], rel=1e-3)
+
+
 def test_as_forward_is_the_model_itself_on_one_process() -> None:
     model = torch.nn.Linear(2, 1)
     assert Accelerator().as_forward(model) is model

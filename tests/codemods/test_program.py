@@ -1181,6 +1181,38 @@ def test_a_models_optimizer_method_is_told_to_the_modules_calling_it() -> None:
 
 
 @pytest.mark.parametrize(
+    "name", ["optimizer_branches_module", "optimizer_branches_function", "optimizer_branches_class"]
+)
+def test_an_optimizer_method_binding_it_under_a_flag_is_told_to_the_modules_calling_it(name: str) -> None:
+    """simple-faster-rcnn-pytorch's ``get_optimizer`` binds ``self.optimizer`` to ``Adam(params)``
+    under ``if opt.use_adam:`` and to ``SGD(params, momentum=0.9)`` otherwise, then returns it:
+    an optimizer method all the same (before, only one built in the return or bound to a local
+    once was), so the entry prepares the detector and its optimizer."""
+    sources = _detector_project(name)
+    entry = Program(modules(**sources), "train")
+    assert "model.Detector.get_optimizer" in entry.plan()["train"].optimizer_methods
+    assert "accelerator.prepare(detector" in "".join(converted("train", **sources)["train"].split())
+
+
+def test_a_models_parts_and_evaluating_methods_are_told_to_the_modules_calling_them() -> None:
+    """The parts ``Detector.forward`` runs (``self.extractor(x)``, ``self.rpn(h)``,
+    ``self.head(h)``, handed to ``__init__``) and its ``predict``, which switches it to eval mode:
+    the trainer calling the parts one by one calls them through ``as_forward``, and the entry's
+    loop calling ``detector.predict`` evaluates (reported, not gathered: the forward runs inside)."""
+    sources = _detector_project("detector_parts_trainer")
+    seeds = Program(modules(**sources), "train").plan()
+    assert {"model.Detector.extractor", "model.Detector.rpn", "model.Detector.head"} <= seeds["trainer"].model_parts
+    assert "model.Detector.predict" not in seeds["trainer"].model_parts
+    assert "model.Detector.predict" in seeds["train"].evaluating_methods
+    code = converted("train", **sources)
+    assert "features = self.accelerator.as_forward(self.detector).extractor(x)" in code["trainer"]
+    assert "scores = self.accelerator.as_forward(self.detector).head(features)" in code["trainer"]
+    # ``if eval_result["map"] > best_map:`` reads this process's map: no barrier in ``save``.
+    save = code["trainer"].split("    def save(")[1].split("    def load(")[0]
+    assert "wait_for_everyone" not in save and "self.accelerator.save(" in save
+
+
+@pytest.mark.parametrize(
     ("name", "trainer_module"),
     [
         ("detector_trainer_module", "trainer"),

@@ -181,6 +181,44 @@ def check_methods_as_forward(rank: int) -> dict:
     return grads
 
 
+class WithParts(torch.nn.Module):
+    """A model whose forward runs its parts (simple-faster-rcnn-pytorch's ``extractor``, ``rpn``,
+    ``head``), which a trainer calls one by one instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.extractor = torch.nn.Linear(4, 8)
+        self.rpn = torch.nn.Linear(8, 2)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.extractor(x)
+        return self.rpn(h), self.head(h)
+
+
+def check_parts_as_forward(rank: int) -> dict:
+    """Steps calling the model's parts one by one before one backward, each through
+    ``accelerator.as_forward(model)`` (as the converter writes ``self.faster_rcnn.extractor(x)``)
+    or through the unwrapped model: the ranks' weights agree only through ``as_forward``."""
+    accelerator = Accelerator()
+    weights = {}
+    for route in ("as_forward", "unwrapped"):
+        model = WithParts()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        for step in range(3):
+            x = torch.randn(5, 4, generator=torch.Generator().manual_seed(100 + rank + 10 * step))
+            parts = accelerator.as_forward(model) if route == "as_forward" else accelerator.unwrap_model(model)
+            optimizer.zero_grad()
+            features = parts.extractor(x)
+            loss = parts.rpn(features).pow(2).mean() + parts.head(features).pow(2).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+        weights[route] = [p.detach().sum().item() for p in accelerator.unwrap_model(model).parameters()]
+    return weights
+
+
 def check_state_objects() -> dict:
     accelerator = Accelerator()
     state = AcceleratorState()
@@ -206,6 +244,7 @@ def main() -> None:
         "profile": check_profile(out_dir),
         "join": check_uneven_join(rank),
         "as_forward": check_methods_as_forward(rank),
+        "parts_as_forward": check_parts_as_forward(rank),
     }
     (out_dir / f"result_rank{rank}.json").write_text(json.dumps(result))
 

@@ -581,6 +581,16 @@ class ScriptFacts(FactQuestions):
     #: (a model's ``configure_optimizers``): a call of one builds an optimizer over its receiver,
     #: here and, through the seeds' ``optimizer_methods``, in the program's other modules.
     optimizer_methods: AbstractSet[str] = frozenset()
+    #: Parts of the file's model classes their ``forward`` runs (``"FasterRCNN.extractor"`` for
+    #: ``h = self.extractor(x)``: an attribute called on the instance that is no method of the
+    #: class): a call of one from outside (``model.extractor(imgs)``) runs part of the model
+    #: outside its forward, here and, through the seeds' ``model_parts``, in the other modules.
+    model_parts: AbstractSet[str] = frozenset()
+    #: Methods of the file's model classes that evaluate (``"FasterRCNN.predict"``): they switch
+    #: their instance to eval mode (``self.eval()``) or run it under ``no_grad`` only. A loop over
+    #: a loader calling one on a model evaluates, here and, through the seeds'
+    #: ``evaluating_methods``, in the other modules.
+    evaluating_methods: AbstractSet[str] = frozenset()
     #: Module-level classes deriving from a ``DataLoader`` (torch's, another of the file's, or a
     #: loader class of another module of the program): see :meth:`FactQuestions.builds_data_loader`.
     loader_classes: AbstractSet[str] = frozenset()
@@ -834,6 +844,8 @@ class FactsDraft(FactQuestions):
     bundle_classes: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     model_factories: set[str] = field(default_factory=set)
     optimizer_methods: set[str] = field(default_factory=set)
+    model_parts: set[str] = field(default_factory=set)
+    evaluating_methods: set[str] = field(default_factory=set)
     loader_classes: set[str] = field(default_factory=set)
     training_classes: set[str] = field(default_factory=set)
     training_bases: set[str] = field(default_factory=set)

@@ -418,6 +418,8 @@ class Program:
             imported_gpu_indices=imported_gpu_indices(facts),
             model_factories=_qualified_names(facts, "model_factories"),
             optimizer_methods=_qualified_names(facts, "optimizer_methods"),
+            model_parts=_qualified_names(facts, "model_parts"),
+            evaluating_methods=_qualified_names(facts, "evaluating_methods"),
             joined_rows_factories=_qualified_mapping(facts, "joined_rows_factories"),
         )
         # What a class of a module keeps open does not depend on the other modules; told from the

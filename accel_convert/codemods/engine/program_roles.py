@@ -227,6 +227,10 @@ class Learnt:
     main_process_openers: dict[str, bool] = field(default_factory=dict)
     #: Methods (qualified) returning a new optimizer, program-wide.
     optimizer_methods: set[str] = field(default_factory=set)
+    #: Parts of model classes (qualified) their ``forward`` runs, program-wide.
+    model_parts: set[str] = field(default_factory=set)
+    #: Methods of model classes (qualified) that evaluate, program-wide.
+    evaluating_methods: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a loader whose collate function joins the samples' rows.
     joined_rows_factories: dict[str, frozenset[int]] = field(default_factory=dict)
 
@@ -246,6 +250,8 @@ class Learnt:
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
             model_factories=frozenset(self.model_factories),
             optimizer_methods=frozenset(self.optimizer_methods),
+            model_parts=frozenset(self.model_parts),
+            evaluating_methods=frozenset(self.evaluating_methods),
             joined_rows_factories=tuple(sorted(self.joined_rows_factories.items(), key=lambda entry: entry[0])),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),

@@ -194,6 +194,14 @@ class ProgramSeeds:
     #: optimizer (``facts.optimizer_methods``): those of model classes build an optimizer over
     #: their receiver where another module calls them (``self.detector.get_optimizer()``).
     optimizer_methods: frozenset[str] = frozenset()
+    #: Program-wide: parts of model classes (qualified: ``model.FasterRCNN.extractor``) their
+    #: ``forward`` runs (``facts.model_parts``): called on a model from another module
+    #: (``self.faster_rcnn.extractor(imgs)`` in a trainer), they run it outside its forward.
+    model_parts: frozenset[str] = frozenset()
+    #: Program-wide: methods of model classes (qualified: ``model.FasterRCNN.predict``) that
+    #: evaluate (``facts.evaluating_methods``): a loop over a loader calling one on a model
+    #: (``faster_rcnn.predict(imgs, sizes)``) evaluates.
+    evaluating_methods: frozenset[str] = frozenset()
     #: Program-wide: functions (qualified: ``test._create_validation_data_loader``) returning a
     #: loader whose ``collate_fn`` joins the samples' own rows (``facts.joined_rows_factories``),
     #: with those values' positions in a batch: what a call of one returns elsewhere is such a

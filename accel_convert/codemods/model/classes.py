@@ -543,6 +543,31 @@ def _model_classes(a: Analysis) -> dict[str, set[str]]:
     return _derived_classes(a, lambda qualified: qualified.startswith("torch.nn."))
 
 
+@provider(provides=("model_parts",))
+def model_parts(a: Analysis) -> None:
+    """Parts of the file's model classes their ``forward`` runs (``facts.model_parts``, as
+    ``"Class.attribute"``): the attributes it calls on the instance, itself or through the methods
+    it calls, that are no method of the class (``FasterRCNN.forward``'s ``self.extractor(x)``,
+    ``self.rpn(h)``, ``self.head(h)``, submodules it was handed in ``__init__``). Called on the
+    model from outside (``model.extractor(imgs)``), one runs that part outside the model's
+    forward, where DDP does not see it."""
+    for name in model_classes(a):
+        owner = a.r.classes[name]
+        methods = set(owner.self_names)
+        reached = {"forward"} & methods
+        pending = list(reached)
+        while pending:
+            for callee in owner.method_calls.get(pending.pop(), set()) & methods - reached:
+                reached.add(callee)
+                pending.append(callee)
+        for call in a.r.calls:
+            if len(call.scope) != 2 or call.scope[0] != name or call.scope[1] not in reached:
+                continue
+            head, _, attribute = (dotted(call.node.func) or "").partition(".")
+            if head == owner.self_names.get(call.scope[1]) and attribute.isidentifier() and attribute not in methods:
+                a.facts.model_parts.add(f"{name}.{attribute}")
+
+
 @provider(provides=("dataset_classes",))
 def dataset_classes(a: Analysis) -> None:
     """Module-level classes deriving from a dataset: ``torch.utils.data.Dataset`` and its kind

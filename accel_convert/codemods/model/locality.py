@@ -33,7 +33,7 @@ from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import construction
+from accel_convert.codemods.engine.devices import constructed, construction
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated_name
@@ -269,6 +269,8 @@ def download_functions(a: Analysis) -> None:
         "loss_names",
         "batch_names",
         "models",
+        "frozen_models",
+        "eval_loops",
         "schedulers",
         "accessible_functions",
         "backward_functions",
@@ -336,9 +338,14 @@ def _per_process_sums(a: Analysis, tainted: set[str]) -> dict[str, set[str]]:
     (``bad_epochs += 1`` under ``if train_loss >= best``), including an object fed it
     (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
     value leaves the loop on one process first; the others wait in their next all-reduce.
-    Evaluation sums are not among them: their gathered outputs agree on every process. By the
-    function binding them (an evaluation's ``total`` is no training function's ``total``)."""
+    Evaluation sums are not among them: their gathered outputs agree on every process; unless
+    nothing gathers them (:func:`_sums_grown_ungathered`: faster-rcnn's ``eval()``, whose model
+    runs inside its ``predict``, returns this process's mAP, and ``if eval_result['map'] >
+    best_map:`` is taken on some ranks only). By the function binding them (an evaluation's
+    ``total`` is no training function's ``total``)."""
     sums = _sums_grown_in_training(a, tainted)
+    for function, names in _sums_grown_ungathered(a).items():
+        sums.setdefault(function, set()).update(names)
     if sums:
         _spread_from(a, sums)
     return sums
@@ -358,6 +365,44 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> dict[str, set[str
             and call.loops[-1].has_backward
             and (receiver := collected_into(call.node, tainted)) is not None
             and (owner := dotted(receiver)) is not None
+        ):
+            sums.setdefault(call.function, set()).add(owner)
+    return sums
+
+
+def _sums_grown_ungathered(a: Analysis) -> dict[str, set[str]]:
+    """What an evaluation loop over a loader grows (``total += ...``, ``preds.append(...)``,
+    ``pred_bboxes += pred_bboxes_``) where no known model is called in it (``model(x)``) and
+    nothing gathers (``accelerator.gather_for_metrics``, in a script converted already): its
+    forward runs out of sight (``faster_rcnn.predict(imgs, sizes)``, a model handed to a helper,
+    models from a list), so nothing gathers what it counts (the metrics rule reports it:
+    ACC944, ACC945) and each process holds its own shard's. By function."""
+    facts = a.facts
+    evaluations = {site for site in (record.site for record in facts.eval_loops)}
+    models = facts.models | facts.frozen_models
+    loops = {id(loop) for loop in a.r.loops if a.site(loop.node) in evaluations}
+    # A loop calling a known model (the metrics rule gathers its outputs), or gathering already.
+    gathered = {
+        id(loop)
+        for call in a.r.calls
+        if dotted(call.node.func) in models
+        or (isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in AGREEING_CALLS)
+        for loop in call.loops
+    }
+    ungathered = loops - gathered
+    sums: dict[str, set[str]] = {}
+    if not ungathered:
+        return sums
+    for aug in a.r.aug_assigns:
+        if any(id(loop) in ungathered for loop in aug.loops):
+            sums.setdefault(aug.function, set()).update(aug.targets)
+    for call in a.r.calls:
+        func = call.node.func
+        if (
+            any(id(loop) in ungathered for loop in call.loops)
+            and isinstance(func, cst.Attribute)
+            and func.attr.value in LIST_GROWING_METHODS
+            and (owner := dotted(func.value)) is not None
         ):
             sums.setdefault(call.function, set()).add(owner)
     return sums
@@ -1199,8 +1244,10 @@ def _imported_instances(a: Analysis) -> dict[tuple[str, str], set[str | None]]:
     binds the name to (None for a call of nothing imported)."""
     built: dict[tuple[str, str], set[str | None]] = {}
     for assign in a.r.assigns:
-        if isinstance(assign.value, cst.Call):
-            callee = program_callee(a.facts, assign.value.func, assign.scope)
+        # Moved or switched to a mode, it is the instance built: ``Trainer(model).to(device)``.
+        value = constructed(assign.value)
+        if isinstance(value, cst.Call):
+            callee = program_callee(a.facts, value.func, assign.scope)
             for target in assign.targets:
                 built.setdefault((assign.function, target), set()).add(callee)
     return built

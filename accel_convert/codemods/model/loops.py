@@ -26,6 +26,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.model.calls import nested_function, stepped
+from accel_convert.codemods.model.classes import model_classes
 from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.plan import ConversionPlan
 from accel_convert.codemods.model.provider import provider, rule_provider
@@ -97,6 +98,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "call_graph",
         "arguments",
         "loop_calls",
+        "evaluating_methods",
     ),
     provides=(
         "backward_functions",
@@ -169,6 +171,30 @@ def loops(a: Analysis) -> None:
             facts.eval_loops.append(record)
     _comprehension_evaluations(a, switches, backward_functions)
     _training_calls_across_modules(a)
+
+
+@provider(provides=("evaluating_methods",))
+def evaluating_methods(a: Analysis) -> None:
+    """Methods of the file's model classes that evaluate (``facts.evaluating_methods``, as
+    ``"Class.method"``): they switch their instance to eval mode (``self.eval()``,
+    ``self.train(False)``; faster-rcnn's ``predict``), or run it (``self(x)``, ``self.forward``)
+    under ``no_grad`` only. A loop over a loader calling one on a model evaluates, though it
+    has neither ``no_grad`` nor ``model.eval()`` itself (:func:`_decoding_loops`)."""
+    for name in model_classes(a):
+        owner = a.r.classes[name]
+        runs: dict[str, list[bool]] = {}
+        for call in a.r.calls:
+            if len(call.scope) != 2 or call.scope[0] != name or call.scope[1] in ("forward", "__init__"):
+                continue
+            instance = owner.self_names.get(call.scope[1])
+            callee = dotted(call.node.func)
+            if instance is None or callee is None:
+                continue
+            if callee.startswith(f"{instance}.") and _mode_set(callee[len(instance) + 1 :], call.node.args) == "eval":
+                a.facts.evaluating_methods.add(f"{name}.{call.scope[1]}")
+            elif callee in (instance, f"{instance}.forward"):
+                runs.setdefault(call.scope[1], []).append(call.no_grad)
+        a.facts.evaluating_methods.update(f"{name}.{method}" for method, no_grad in runs.items() if all(no_grad))
 
 
 def _training_calls_across_modules(a: Analysis) -> None:
@@ -374,12 +400,21 @@ def _created_loaders(a: Analysis) -> set[str]:
 
 
 def _decoding_loops(a: Analysis) -> set[int]:
-    """Loops (by id) decoding with a model's own ``generate``: they evaluate even without
-    ``no_grad`` or ``model.eval()`` (sampling loops often have neither). Only where they count or
-    collect something (a metric): a loop that only writes samples out has no per-process figure
-    to gather or report."""
+    """Loops (by id) decoding with a model's own ``generate``, or calling a method of the model
+    that evaluates (:func:`evaluating_methods`, here or, through the seeds, of the program's
+    model classes: faster-rcnn's ``faster_rcnn.predict(imgs, sizes)``, which calls
+    ``self.eval()``): they evaluate even without ``no_grad`` or ``model.eval()`` (sampling loops
+    often have neither). Only where they count or collect something (a metric): a loop that only
+    writes samples out has no per-process figure to gather or report."""
     facts = a.facts
     models = facts.models | facts.frozen_models
+    evaluating = {"generate"} | {qualified.rpartition(".")[2] for qualified in facts.evaluating_methods}
+    if a.seeds is not None:
+        evaluating |= {
+            method
+            for owner, _, method in (qualified.rpartition(".") for qualified in a.seeds.evaluating_methods)
+            if owner in a.seeds.model_classes
+        }
     collecting = {id(loop) for aug in a.r.aug_assigns for loop in aug.loops} | {
         id(loop)
         for call in a.r.calls
@@ -391,7 +426,7 @@ def _decoding_loops(a: Analysis) -> set[int]:
         for call in a.r.calls
         if call.loops
         and isinstance(call.node.func, cst.Attribute)
-        and call.node.func.attr.value == "generate"
+        and call.node.func.attr.value in evaluating
         and dotted(seen_through_unwrap(call.node.func.value, facts)) in models
         and id(call.loops[-1]) in collecting
     }

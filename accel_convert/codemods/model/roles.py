@@ -126,25 +126,30 @@ def _loader_method(a: Analysis, assign: AssignRecord, value: cst.Call) -> tuple[
 
 
 def _optimizer_methods(a: Analysis) -> set[str]:
-    """Names of methods that return a new optimizer, built in the return or bound to a local first
-    (a model's ``configure_optimizers``, as in minGPT and nanoGPT; faster-rcnn's
-    ``get_optimizer``): of the file's classes (told to the program's other modules as
-    ``facts.optimizer_methods``), and, through the seeds, of the program's model classes in
-    other modules (``self.optimizer = self.faster_rcnn.get_optimizer()`` in a trainer of another
-    module than ``FasterRCNN``'s, whose method builds ``SGD(self.parameters())``)."""
+    """Names of methods that return a new optimizer, built in the return or bound first to a local
+    or to an attribute of the receiver, once or in each branch of an ``if`` (a model's
+    ``configure_optimizers``, as in minGPT and nanoGPT; faster-rcnn's ``get_optimizer``:
+    ``self.optimizer = t.optim.Adam(params)`` under ``if opt.use_adam``, ``t.optim.SGD(params,
+    momentum=0.9)`` otherwise, then ``return self.optimizer``): of the file's classes (told to the
+    program's other modules as ``facts.optimizer_methods``), and, through the seeds, of the
+    program's model classes in other modules (``self.optimizer = self.faster_rcnn.get_optimizer()``
+    in a trainer of another module than ``FasterRCNN``'s, whose method builds
+    ``SGD(self.parameters())``)."""
     found = set()
     for scope, value in a.r.method_returns:
         value = constructed(value)
-        if isinstance(value, cst.Name):
-            bound = [
-                assign.value for assign in a.r.assigns if assign.scope[:2] == scope and assign.targets == (value.value,)
+        returned = dotted(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+        if returned is not None:
+            built = [
+                constructed(assign.value)
+                for assign in a.r.assigns
+                if assign.scope[:2] == scope and assign.targets == (returned,)
             ]
-            value = constructed(bound[-1]) if len(bound) == 1 else value
-        if isinstance(value, cst.Call):
-            qualified = a.r.names.qualified_name(value.func, scope, strict=False)
-            if qualified is not None and is_optimizer(qualified):
-                found.add(scope[1])
-                a.facts.optimizer_methods.add(f"{scope[0]}.{scope[1]}")
+        else:
+            built = [value]
+        if built and all(_builds_an_optimizer(a, each, scope) for each in built):
+            found.add(scope[1])
+            a.facts.optimizer_methods.add(f"{scope[0]}.{scope[1]}")
     seeds = a.seeds
     if seeds is not None:
         # Only a model class's: its receiver, wherever it is called, is the model it trains.
@@ -154,6 +159,14 @@ def _optimizer_methods(a: Analysis) -> set[str]:
             if owner in seeds.model_classes
         }
     return found
+
+
+def _builds_an_optimizer(a: Analysis, value: cst.BaseExpression, scope: tuple[str, ...]) -> bool:
+    """Whether ``value`` calls an optimizer's constructor (matched by qualified name)."""
+    if not isinstance(value, cst.Call):
+        return False
+    qualified = a.r.names.qualified_name(value.func, scope, strict=False)
+    return qualified is not None and is_optimizer(qualified)
 
 
 def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call) -> set[str]:

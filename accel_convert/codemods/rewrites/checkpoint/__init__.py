@@ -42,7 +42,11 @@ calling ``self(x)`` inside) must not go through ``unwrap_model`` in training: DD
 gradients only for what runs inside its forward, so the ranks' copies would drift apart without an
 error. With the runtime it becomes ``accelerator.as_forward(model).compute_loss(batch)`` (the method
 runs as the wrapper's forward); Accelerate has no such call, so with ``--target accelerate`` it is
-reported (ACC921).
+reported (ACC921). So are the parts of a model that its ``forward`` runs when training calls them
+one by one (simple-faster-rcnn-pytorch's trainer runs ``self.faster_rcnn.extractor(imgs)``, then
+``.rpn`` and ``.head`` on the features, never the model itself): each becomes
+``accelerator.as_forward(model).extractor(imgs)``, in a loop that runs the backward or in a
+training step (a method or function running it, and the methods it calls on its instance).
 
 A ``torch.save`` or a model's own saving method where the accelerator is not reachable is left
 as written and reported (ACC914): every rank runs it, and each writes the file.

@@ -22,21 +22,59 @@ from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
 
 
-@rule_provider(needs=("models", "loop_backward"))
+@rule_provider(needs=("models", "loop_backward", "backward_methods", "training_backward_sites", "model_parts"))
 def training_method_calls(a: Analysis) -> frozenset[str]:
-    """``model.compute_loss``-style calls in training loops of a model method that runs the model
-    itself (``self(x)``, ``self.forward``, a submodule): DDP averages gradients only for what runs
-    inside its forward."""
-    running = _methods_running_the_model(a)
+    """``model.compute_loss``-style calls in training of a model method that runs the model
+    itself (``self(x)``, ``self.forward``, a submodule), and calls of a part of the model its
+    ``forward`` runs (``model.extractor(imgs)``, of this module's model classes or, through the
+    seeds, of the program's: faster-rcnn's trainer runs ``self.faster_rcnn.extractor``, ``.rpn``
+    and ``.head`` one by one): DDP averages gradients only for what runs inside its forward.
+    In training: in a loop running the backward (the innermost around the call), or in a training
+    step (a function or method running the backward outside any loop, and the methods it calls on
+    its instance: the trainer's ``forward`` that ``train_step`` calls)."""
+    running = _methods_running_the_model(a) | _parts_of_models(a)
+    steps = _training_steps(a)
     found = set()
     for call in a.r.calls:
         func = call.node.func
         if not isinstance(func, cst.Attribute) or func.attr.value not in running:
             continue
         owner = dotted(func.value)
-        if owner in a.facts.models and any(loop.has_backward for loop in call.loops):
+        if owner not in a.facts.models:
+            continue
+        # The innermost loop: an evaluation loop nested in the epoch loop does not train.
+        if (call.loops and call.loops[-1].has_backward) or call.scope[:2] in steps:
             found.add(f"{owner}.{func.attr.value}")
     return frozenset(found)
+
+
+def _parts_of_models(a: Analysis) -> set[str]:
+    """Attributes that are parts a model class's ``forward`` runs (``facts.model_parts``), of
+    this module's classes and, through the seeds, of the program's model classes."""
+    found = {qualified.rpartition(".")[2] for qualified in a.facts.model_parts}
+    if a.seeds is not None:
+        found |= {
+            attribute
+            for owner, _, attribute in (qualified.rpartition(".") for qualified in a.seeds.model_parts)
+            if owner in a.seeds.model_classes
+        }
+    return found
+
+
+def _training_steps(a: Analysis) -> set[tuple[str, ...]]:
+    """Scopes (``(function,)``, ``(class, method)``) running a training backward outside any loop
+    (a ``train_step``), and the methods of the class they call on the instance, directly or not
+    (``self.forward(...)``)."""
+    sites = a.facts.training_backward_sites
+    steps = {call.scope[:2] for call in a.r.calls if not call.loops and a.site(call.node) in sites}
+    pending = [scope for scope in steps if len(scope) == 2 and scope[0] in a.r.classes]
+    while pending:
+        owner, method = pending.pop()
+        for callee in a.r.classes[owner].method_calls.get(method, set()):
+            if (owner, callee) not in steps:
+                steps.add((owner, callee))
+                pending.append((owner, callee))
+    return steps
 
 
 def _methods_running_the_model(a: Analysis) -> set[str]:
