@@ -10,6 +10,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import constructed, construction
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import iterated
+from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
@@ -188,6 +189,7 @@ def loader_tuples(a: Analysis) -> None:
         if length is not None and length > 1:
             _record_tuple(a, name, length, parts)
     _loader_dict_names(a)
+    _dict_loaders_passed(a)
     for assign in a.r.assigns:
         _unpacked_loaders(a, assign)
         _loader_taken_by_index(a, assign)
@@ -247,7 +249,7 @@ def _loader_dict_names(a: Analysis) -> None:
             and isinstance(value.func, cst.Name)
             and value.func.value in a.loader_dict_factories
             and not (local is not None and local.binds(value.func.value))
-        )
+        ) or holds_loaders(value, facts)
         found.setdefault(assign.targets[0], set()).add(called)
     for name, calls in found.items():
         if calls == {True}:
@@ -255,6 +257,19 @@ def _loader_dict_names(a: Analysis) -> None:
             facts.train_loaders.add(name)  # sorted into train/eval by the loops
             if any(_prepares_own_values(assign) and assign.targets == (name,) for assign in a.r.assigns):
                 facts.prepared.add(name)
+
+
+def _dict_loaders_passed(a: Analysis) -> None:
+    """``test(model, dataloaders["val"])`` with ``dataloaders`` a dict of loaders: the parameter
+    receives one of its loaders, prepared with it, so it takes the dict's role (as a loop over
+    ``dataloaders["val"]`` does, :func:`_indexed_loader`): an evaluation helper's loop over it is
+    one over a prepared loader, whose outputs are gathered."""
+    dicts = a.facts.loader_dict_names
+    for key, received in a.arguments.items():
+        for caller, name in list(received):
+            held, bracket, _ = name.partition('["')
+            if bracket and held in dicts:
+                a.arguments[key].add((caller, held))
 
 
 def _prepares_own_values(assign: AssignRecord) -> bool:

@@ -53,7 +53,7 @@ from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIB
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
 from accel_convert.codemods.model.locality import adds_up, collects, grown_in, mean_over_rows
-from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
+from accel_convert.codemods.model.plan import names_prepared_under, prepared_by, prepared_loader_dicts
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -356,17 +356,27 @@ class LoaderDict(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        # The model's dicts of loaders (``facts.loader_dict_names``: written in the file or
+        # returned by a factory of it) are prepared by the prepare rule, by their values; a dict
+        # it does not know is prepared here where no loader of the model trains.
+        unknown_dicts = not facts.train_loops and not facts.train_loaders
         return (
             facts.backward_site is not None
             and facts.has_accelerator
-            and not facts.train_loops
-            and not facts.train_loaders
+            and (bool(facts.loader_dict_names) or unknown_dicts)
             and not facts.existing_features & SELF_DISTRIBUTING
             and not facts.library_converted_alone
             and bool(facts.lines_mentioning(loader.rpartition(".")[2] for loader in DATA_LOADERS))
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
+        already = prepared_loader_dicts(assignments, facts)
+        if already:
+            gatherer = _GatherSums(facts, module, already)
+            return module.visit(gatherer), gatherer.changes(module)
+        if facts.train_loops or facts.train_loaders:
+            return module, []
         dicts = loader_dicts(module, facts)
         if not dicts:
             return module, []
