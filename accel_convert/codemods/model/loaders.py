@@ -234,11 +234,17 @@ def _record_tuple(a: Analysis, name: str, length: int, parts: set[tuple[str, ...
 
 def _loader_dict_names(a: Analysis) -> None:
     """Names every binding of which is a call of a dict factory of the file (``loaders =
-    get_loaders(...)``): a dict of loaders, prepared by its values (``loader_dict_names``). Its
+    get_loaders(...)``), or bound once to a dict of loaders written there (``dataloaders = {x:
+    DataLoader(...) for x in ["train", "val"]}``; bound twice, which one trains is a guess): a
+    dict of loaders, prepared by its values (``loader_dict_names``). Its
     prepared form (``loaders = {key: accelerator.prepare(loader) for key, loader in
     loaders.items()}``) binds the same loaders, prepared."""
     facts = a.facts
     found: dict[str, set[bool]] = {}
+    bindings: dict[str, int] = {}
+    for assign in a.r.assigns:
+        for target in assign.targets:
+            bindings[target] = bindings.get(target, 0) + 1
     for assign in a.r.assigns:
         if len(assign.targets) != 1 or _prepares_own_values(assign):
             continue
@@ -249,7 +255,7 @@ def _loader_dict_names(a: Analysis) -> None:
             and isinstance(value.func, cst.Name)
             and value.func.value in a.loader_dict_factories
             and not (local is not None and local.binds(value.func.value))
-        ) or holds_loaders(value, facts)
+        ) or (holds_loaders(value, facts) and bindings[assign.targets[0]] == 1)
         found.setdefault(assign.targets[0], set()).add(called)
     for name, calls in found.items():
         if calls == {True}:
