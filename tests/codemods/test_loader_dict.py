@@ -217,8 +217,7 @@ def test_a_loader_of_a_written_dict_handed_to_an_evaluation_is_gathered(written:
     code = convert_module(cst.parse_module(source), Options(), source).module.code
     assert "dataloaders = {key: accelerator.prepare(loader) for key, loader in dataloaders.items()}" in code
     assert (
-        "self.dataloaders = {key: self.accelerator.prepare(loader) for key, loader in self.dataloaders.items()}"
-        in code
+        "self.dataloaders = {key: self.accelerator.prepare(loader) for key, loader in self.dataloaders.items()}" in code
     )
     helper = code[code.index("def test(") : code.index("class Trainer")]
     method = code[code.index("def evaluate(") : code.index("def fit(")]
