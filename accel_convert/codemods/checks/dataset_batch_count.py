@@ -13,8 +13,11 @@ decides).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_code import RETRIED_BATCH_SIZE, RETRIED_TRAINING_FUNCTION
 from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
@@ -112,5 +115,9 @@ class DatasetBatchCount(WalkingCheck):
         return facts.has_accelerator and bool(facts.of(sizes).batch_sizes)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if counts_dataset_batches(node, self.walk.facts.of(sizes), self.walk.facts.loaders, self.walk.builtin):
+        found = self.walk.facts.of(sizes)
+        if RETRIED_TRAINING_FUNCTION in self.walk.scope:
+            # ``--oom-retry``: the retried training reads its own batch size where the loader's was.
+            found = replace(found, batch_sizes=found.batch_sizes | {RETRIED_BATCH_SIZE})
+        if counts_dataset_batches(node, found, self.walk.facts.loaders, self.walk.builtin):
             self.walk.report(node, self.code, MESSAGE, False)
