@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from accel_convert.codemods.engine.model import Options
 from accel_convert.converter.pipeline import convert_source
 
@@ -101,3 +103,58 @@ def test_an_evaluation_loader_count_is_left() -> None:
     assert "accelerator.prepare(model, optimizer, loader, val_loader)" in code
     assert code.count("n_val = len(val_loader)") == 1
     assert code.count("total_steps = 2 * len(loader)") == 2
+
+
+DATASET_COUNT = """\
+import math
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    batch_size = 8
+    dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(dataset, batch_size=batch_size)
+    sizes = {{"train": len(dataset)}}
+    n_train = len(dataset)
+    total_steps = {count}
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = 0
+    for x, y in loader:
+        step += 1
+        for group in optimizer.param_groups:
+            group["lr"] = 0.1 * min(1.0, step / total_steps)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("count", "reported"),
+    [
+        ("len(dataset) // batch_size", True),  # ssd.pytorch's epoch_size
+        ("len(dataset) / batch_size", True),
+        ("math.ceil(len(dataset) / batch_size)", True),
+        ("round(sizes['train'] / batch_size) * 2", True),  # re-ID's warm_iteration, a dict of sizes
+        ("n_train // batch_size", True),  # a name bound to the size
+        ("len(loader.dataset) // batch_size", True),
+        ("len(dataset) // 2", False),  # not divided by the loaders' batch size
+        ("batch_size / len(dataset)", False),
+        ("len(dataset) * batch_size", False),
+        ("sizes['train']", False),  # a size, not a count of batches
+    ],
+)
+def test_a_batch_count_from_the_dataset_size_is_reported(count: str, reported: bool) -> None:
+    """A count of batches from the data set's size counts every process's batches: reported
+    (ACC967) at its line; the same arithmetic on anything else is not."""
+    source = DATASET_COUNT.format(count=count)
+    conversion = convert_source(source.encode(), Options(), path="train.py")
+    found = [change.line for change in conversion.changes if change.code == "ACC967"]
+    assert found == ([14] if reported else [])

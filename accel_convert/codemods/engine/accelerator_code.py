@@ -16,6 +16,8 @@ from accel_convert.codemods.engine.syntax import argument_for, names_variable, s
 #: The function the out-of-memory retry wraps training code in (decorated with
 #: ``find_executable_batch_size``; it takes the batch size).
 RETRIED_TRAINING_FUNCTION = "inner_training_loop"
+#: Its parameter: the batch size each try runs with, read where the original read the loader's.
+RETRIED_BATCH_SIZE = "batch_size"
 #: The line each attempt of the retried training prints (``format`` takes the batch size): the
 #: only output a conversion adds on purpose, which ``verify`` leaves out of its comparisons.
 RETRY_ANNOUNCEMENT = "Training with batch size {}"

@@ -344,14 +344,29 @@ def _attributes_of_self(names: Iterable[str]) -> set[str]:
 
 def models_handed_over(calls: Iterable[CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
     """``Trainer(model, ...)``: a parameter the callee trains as a model makes the argument a
-    model where it is built (the callee's module prepares none of what it is handed)."""
+    model where it is built (the callee's module prepares none of what it is handed). Only a
+    callee that trains: a helper a model is handed to (``save_network(network, ...)``, called
+    with the model and with an ``AveragedModel`` of it, the re-ID baseline's) holds a model only
+    because a caller handed it one, which makes nothing else it is handed a model."""
     handed_over: dict[str, set[str]] = {}
     for call in calls:
         callee_facts = facts[call.callee_module]
+        if not _trains(call.callee, callee_facts):
+            continue
         for param, argument in call.arguments:
             if param in callee_facts.models and param not in callee_facts.frozen_models and argument != INLINE_MODEL:
                 handed_over.setdefault(call.caller_module, set()).add(argument)
     return handed_over
+
+
+def _trains(callee: str, facts: ScriptFacts) -> bool:
+    """Whether the module-level function or class ``callee`` trains what it is handed: a class
+    of the module's training classes or models, or a function running a training loop (its own
+    or one it calls) or building an optimizer for what it receives."""
+    if callee in facts.training_functions or callee in facts.training_classes or callee in facts.model_classes:
+        return True
+    reached = {callee, *facts.call_graph.get(callee, ())}
+    return any(loop.function in reached for loop in facts.train_loops)
 
 
 def classes_given_models(

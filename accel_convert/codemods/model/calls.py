@@ -351,7 +351,7 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
     definition = next((m for m in class_methods(a.r.classes[owner].node) if m.name.value == callee.attr.value), None)
     if definition is None or a.r.classes[owner].self_names.get(callee.attr.value) is None:
         return
-    _arguments_into(a, call, owner, parameter_names(definition)[1:], dotted, named_only=True)
+    _arguments_into(a, call, owner, parameter_names(definition)[1:], held_name, named_only=True)
 
 
 #: What building an instance runs of its class's code, in this order of preference: its

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
+
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed, construction
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import iterated
-from accel_convert.codemods.engine.names import ScopeKey
+from accel_convert.codemods.engine.loader_values import holds_loaders
+from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     class_methods,
     concatenated_rows,
     constant_item,
     dotted,
+    nodes_in,
     parameter_filled,
     parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
 )
+from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.calls import elements_held, instance_class_at, unpacked_targets
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
@@ -183,6 +189,7 @@ def loader_tuples(a: Analysis) -> None:
         if length is not None and length > 1:
             _record_tuple(a, name, length, parts)
     _loader_dict_names(a)
+    _dict_loaders_passed(a)
     for assign in a.r.assigns:
         _unpacked_loaders(a, assign)
         _loader_taken_by_index(a, assign)
@@ -227,11 +234,17 @@ def _record_tuple(a: Analysis, name: str, length: int, parts: set[tuple[str, ...
 
 def _loader_dict_names(a: Analysis) -> None:
     """Names every binding of which is a call of a dict factory of the file (``loaders =
-    get_loaders(...)``): a dict of loaders, prepared by its values (``loader_dict_names``). Its
+    get_loaders(...)``), or bound once to a dict of loaders written there (``dataloaders = {x:
+    DataLoader(...) for x in ["train", "val"]}``; bound twice, which one trains is a guess): a
+    dict of loaders, prepared by its values (``loader_dict_names``). Its
     prepared form (``loaders = {key: accelerator.prepare(loader) for key, loader in
     loaders.items()}``) binds the same loaders, prepared."""
     facts = a.facts
     found: dict[str, set[bool]] = {}
+    bindings: dict[str, int] = {}
+    for assign in a.r.assigns:
+        for target in assign.targets:
+            bindings[target] = bindings.get(target, 0) + 1
     for assign in a.r.assigns:
         if len(assign.targets) != 1 or _prepares_own_values(assign):
             continue
@@ -242,7 +255,7 @@ def _loader_dict_names(a: Analysis) -> None:
             and isinstance(value.func, cst.Name)
             and value.func.value in a.loader_dict_factories
             and not (local is not None and local.binds(value.func.value))
-        )
+        ) or (holds_loaders(value, facts) and bindings[assign.targets[0]] == 1)
         found.setdefault(assign.targets[0], set()).add(called)
     for name, calls in found.items():
         if calls == {True}:
@@ -250,6 +263,19 @@ def _loader_dict_names(a: Analysis) -> None:
             facts.train_loaders.add(name)  # sorted into train/eval by the loops
             if any(_prepares_own_values(assign) and assign.targets == (name,) for assign in a.r.assigns):
                 facts.prepared.add(name)
+
+
+def _dict_loaders_passed(a: Analysis) -> None:
+    """``test(model, dataloaders["val"])`` with ``dataloaders`` a dict of loaders: the parameter
+    receives one of its loaders, prepared with it, so it takes the dict's role (as a loop over
+    ``dataloaders["val"]`` does, :func:`_indexed_loader`): an evaluation helper's loop over it is
+    one over a prepared loader, whose outputs are gathered."""
+    dicts = a.facts.loader_dict_names
+    for key, received in a.arguments.items():
+        for caller, name in list(received):
+            held, bracket, _ = name.partition('["')
+            if bracket and held in dicts:
+                a.arguments[key].add((caller, held))
 
 
 def _prepares_own_values(assign: AssignRecord) -> bool:
@@ -697,3 +723,126 @@ def _class_of(a: Analysis, assign: AssignRecord, owner: cst.BaseExpression) -> t
                 return written, None
             return None, program_callee(a.facts, built.func, other.scope)
     return None, program_callee(a.facts, owner, assign.scope)
+
+
+#: Calls a batch count may be computed with: pure arithmetic, nothing that runs twice differently;
+#: builtins by what they are (a script's own ``round`` is none), library functions by qualified name.
+COUNTING_BUILTINS = frozenset({"len", "int", "float", "round", "min", "max"})
+COUNTING_FUNCTIONS = frozenset({"math.ceil", "math.floor"})
+
+
+def counts_loader_batches(
+    value: cst.BaseExpression,
+    loaders: Collection[str],
+    counts: Collection[str],
+    builtin: BuiltinOf,
+    qualified: BuiltinOf,
+) -> bool:
+    """Whether ``value`` counts a loader's batches: plain arithmetic (:data:`COUNTING_BUILTINS`,
+    :data:`COUNTING_FUNCTIONS`) on ``len(loader)`` of one of ``loaders`` (``total_steps = epochs *
+    len(train_loader)``) or on a count already found (``counts``). A prepared loader has 1/N of
+    the batches on each process: ACC122 counts such a value again after the ``prepare``. With
+    :func:`counts_dataset_batches`, the one answer to "this value counts batches".
+    ``qualified``: the qualified name of a called expression where ``value`` stands."""
+    calls = [node for node in nodes_in(value) if isinstance(node, cst.Call)]
+    if any(
+        builtin(call.func) not in COUNTING_BUILTINS and qualified(call.func) not in COUNTING_FUNCTIONS for call in calls
+    ):
+        return False
+    reads_length = any(
+        builtin(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in loaders for call in calls
+    )
+    return reads_length or bool(variables_read(value) & set(counts))
+
+
+@dataclass(frozen=True)
+class DatasetSizes:
+    """What a batch count computed from a data set's size reads (``epoch_size = len(dataset) //
+    args.batch_size``, ssd.pytorch; ``round(dataset_sizes["train"] / opt.batchsize)``, re-ID's
+    warm-up): the data sets the loaders are built over, the names bound to their sizes, and the
+    batch sizes the loaders are built with, all as the script writes them (dotted)."""
+
+    #: The data sets loaders are built over (``image_datasets`` of ``DataLoader(image_datasets[x])``).
+    datasets: frozenset[str] = frozenset()
+    #: Names bound to a data set's size (``n_train = len(train_set)``).
+    sizes: frozenset[str] = frozenset()
+    #: Dicts of such sizes (``dataset_sizes = {x: len(image_datasets[x]) for x in ["train", "val"]}``).
+    size_dicts: frozenset[str] = frozenset()
+    #: The batch sizes the loaders are built with (``args.batch_size``, ``opt.batchsize``).
+    batch_sizes: frozenset[str] = frozenset()
+
+
+def dataset_sizes(a: Analysis) -> DatasetSizes:
+    """The :class:`DatasetSizes` of the file: from every data loader it builds (its first two
+    arguments) and every assignment of a data set's size, or of a dict of them."""
+    datasets: set[str] = set()
+    batch_sizes: set[str] = set()
+    for call in a.r.calls:
+        if not a.facts.builds_data_loader(call.node.func, call.scope, strict=False):
+            continue
+        dataset = argument_for(call.node, 0, "dataset")
+        if dataset is not None and (name := _held_in(dataset.value)) is not None:
+            datasets.add(name)
+        batch = argument_for(call.node, 1, "batch_size")
+        if batch is not None and (name := dotted(batch.value)) is not None:
+            batch_sizes.add(name)
+    sizes: set[str] = set()
+    size_dicts: set[str] = set()
+    for assign in a.r.assigns:
+        builtin = builtins_at(a.r.names, assign.scope)
+        value = assign.value
+        if _dataset_length(value, datasets, builtin):
+            sizes.update(assign.targets)
+        elif isinstance(value, cst.DictComp) and _dataset_length(value.value, datasets, builtin):
+            size_dicts.update(assign.targets)
+        elif (
+            isinstance(value, cst.Dict)
+            and value.elements
+            and all(
+                isinstance(element, cst.DictElement) and _dataset_length(element.value, datasets, builtin)
+                for element in value.elements
+            )
+        ):
+            size_dicts.update(assign.targets)
+    return DatasetSizes(frozenset(datasets), frozenset(sizes), frozenset(size_dicts), frozenset(batch_sizes))
+
+
+def _held_in(value: cst.BaseExpression) -> str | None:
+    """The dotted name of a data set, or of the dict or list holding it (``image_datasets`` of
+    ``image_datasets[x]``)."""
+    return dotted(value.value) if isinstance(value, cst.Subscript) else dotted(value)
+
+
+def _dataset_length(value: cst.BaseExpression, datasets: Collection[str], builtin: BuiltinOf) -> bool:
+    """Whether ``value`` is ``len(dataset)`` of one of ``datasets`` (or of an element of one)."""
+    return (
+        isinstance(value, cst.Call)
+        and builtin(value.func) == "len"
+        and len(value.args) == 1
+        and _held_in(value.args[0].value) in datasets
+    )
+
+
+def counts_dataset_batches(
+    division: cst.BinaryOperation, sizes: DatasetSizes, loaders: Collection[str], builtin: BuiltinOf
+) -> bool:
+    """Whether ``division`` counts batches from a data set's size: ``len(dataset) / batch_size``
+    (``//`` too), the data set one a loader is built over (or ``len(loader.dataset)``, or a name or
+    dict bound to such a size: ``dataset_sizes["train"]``), divided by the batch size a loader is
+    built with. After ``prepare`` each process runs 1/N of those batches, so a warm-up or an epoch
+    boundary measured in them lasts N times longer (ACC967). ``loaders``: the file's loaders."""
+    if not isinstance(division.operator, (cst.Divide, cst.FloorDivide)):
+        return False
+    if dotted(division.right) not in sizes.batch_sizes:
+        return False
+    size = division.left
+    if isinstance(size, cst.Subscript):
+        return dotted(size.value) in sizes.size_dicts
+    if dotted(size) in sizes.sizes:
+        return True
+    if not (isinstance(size, cst.Call) and builtin(size.func) == "len" and len(size.args) == 1):
+        return False
+    counted = size.args[0].value
+    if isinstance(counted, cst.Attribute) and counted.attr.value == "dataset":
+        return dotted(counted.value) in loaders
+    return _dataset_length(size, sizes.datasets, builtin)

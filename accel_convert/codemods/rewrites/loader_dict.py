@@ -3,8 +3,10 @@ per-sample values that the phase loop's running sums count.
 
 The PyTorch transfer-learning tutorial holds its loaders in ``dataloaders = {x: DataLoader(...)
 for x in ['train', 'val']}`` and loops ``for inputs, labels in dataloaders[phase]``. After the dict
-is built, ``dataloaders = {x: accelerator.prepare(loader) for x, loader in dataloaders.items()}``
-shards every loader. The statistics the loop sums (``running_loss += loss.item() *
+is built, ``dataloaders = {key: accelerator.prepare(loader) for key, loader in dataloaders.items()}``
+shards every loader: the prepare rule writes it for a dict the loaders owner of the program model
+knows (``loader_dict_names``: written in the file and bound once, or returned by a factory of it),
+this rule for any other, where no loader of the model trains. The statistics the loop sums (``running_loss += loss.item() *
 inputs.size(0)``, ``running_corrects += torch.sum(preds == labels.data)``) would then count one
 process's shard of the epoch, and the last uneven batch is padded with repeated samples; divided by
 ``dataset_sizes[phase]`` they would print a fraction of the one-process numbers, and the best-model
@@ -53,7 +55,7 @@ from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIB
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
 from accel_convert.codemods.model.locality import adds_up, collects, grown_in, mean_over_rows
-from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
+from accel_convert.codemods.model.plan import names_prepared_under, prepared_by, prepared_loader_dicts
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -142,13 +144,13 @@ class LoaderDict(Rule):
 
                 torch.manual_seed(0)
                 image_datasets = {x: TensorDataset(torch.randn(10, 4), torch.randint(0, 2, (10,))) for x in ["train", "val"]}
-                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
                 accelerator = Accelerator()
+                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
                 model = nn.Linear(4, 2)
                 criterion = nn.CrossEntropyLoss()
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 model, optimizer = accelerator.prepare(model, optimizer)
-                dataloaders = {x: accelerator.prepare(loader) for x, loader in dataloaders.items()}
+                dataloaders = {key: accelerator.prepare(loader) for key, loader in dataloaders.items()}
                 for phase in ["train", "val"]:
                     running_loss = 0.0
                     for inputs, labels in dataloaders[phase]:
@@ -224,12 +226,12 @@ class LoaderDict(Rule):
 
                 torch.manual_seed(0)
                 image_datasets = {x: TensorDataset(torch.randn(10, 4), torch.randint(0, 2, (10,))) for x in ["train", "val"]}
-                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
                 accelerator = Accelerator()
+                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
                 model = TwoHeads()
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 model, optimizer = accelerator.prepare(model, optimizer)
-                dataloaders = {x: accelerator.prepare(loader) for x, loader in dataloaders.items()}
+                dataloaders = {key: accelerator.prepare(loader) for key, loader in dataloaders.items()}
                 for phase in ["train", "val"]:
                     model.train() if phase == "train" else model.eval()
                     running_corrects = 0
@@ -356,17 +358,27 @@ class LoaderDict(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        # The model's dicts of loaders (``facts.loader_dict_names``: written in the file or
+        # returned by a factory of it) are prepared by the prepare rule, by their values; a dict
+        # it does not know is prepared here where no loader of the model trains.
+        unknown_dicts = not facts.train_loops and not facts.train_loaders
         return (
             facts.backward_site is not None
             and facts.has_accelerator
-            and not facts.train_loops
-            and not facts.train_loaders
+            and (bool(facts.loader_dict_names) or unknown_dicts)
             and not facts.existing_features & SELF_DISTRIBUTING
             and not facts.library_converted_alone
             and bool(facts.lines_mentioning(loader.rpartition(".")[2] for loader in DATA_LOADERS))
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
+        already = prepared_loader_dicts(assignments, facts)
+        if already:
+            gatherer = _GatherSums(facts, module, already)
+            return module.visit(gatherer), gatherer.changes(module)
+        if facts.train_loops or facts.train_loaders:
+            return module, []
         dicts = loader_dicts(module, facts)
         if not dicts:
             return module, []

@@ -28,12 +28,8 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import bound_by, dotted, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.model.loaders import counts_loader_batches
 from accel_convert.codemods.model.plan import prepared_by
-
-#: Calls a step count may be computed with: pure arithmetic, nothing that runs twice differently;
-#: builtins by what they are (a script's own ``round`` is none), library functions by qualified name.
-_ARITHMETIC_BUILTINS = frozenset({"len", "int", "float", "round", "min", "max"})
-_ARITHMETIC_FUNCTIONS = frozenset({"math.ceil", "math.floor"})
 
 
 def _prepared_loaders(statement: cst.BaseStatement, facts: ScriptFacts) -> set[str]:
@@ -57,18 +53,7 @@ def _count_assigned(
     target = assign.targets[0].target
     if not isinstance(target, cst.Name):
         return None
-    calls = [node for node in nodes_in(assign.value) if isinstance(node, cst.Call)]
-    if any(
-        names.builtin(call.func) not in _ARITHMETIC_BUILTINS
-        and names.qualified_name(call.func) not in _ARITHMETIC_FUNCTIONS
-        for call in calls
-    ):
-        return None
-    reads_length = any(
-        names.builtin(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in lengths
-        for call in calls
-    )
-    if reads_length or variables_read(assign.value) & counts:
+    if counts_loader_batches(assign.value, lengths, counts, names.builtin, names.qualified_name):
         return target.value
     return None
 

@@ -23,6 +23,7 @@ from typing import TypeGuard, cast
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import (
+    RETRIED_BATCH_SIZE,
     RETRIED_TRAINING_FUNCTION,
     RETRY_ANNOUNCEMENT,
     accelerator_name,
@@ -56,7 +57,7 @@ from accel_convert.codemods.model.plan import creation_index, plan_of, prepared_
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = RETRIED_TRAINING_FUNCTION
-PARAMETER = "batch_size"
+PARAMETER = RETRIED_BATCH_SIZE
 
 
 class OomRetryCodemod(Rule):

@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import prepare_statement
+from accel_convert.codemods.engine.accelerator_code import prepare_statements
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
@@ -233,8 +233,11 @@ class _GiveAccelerator(RuleTransformer):
         where = ".".join(self.scope)
         self.report(original_node, TrainingClass.code, f"{where} prepares {', '.join(names)} where it is built")
         indent = " " * 4 * (len(self._anchors))
-        prepare = prepare_statement(cst.Module([]).code_for_node(accelerator), names, indent)
-        return cst.FlattenSentinel([updated_node, prepare])
+        # A dict of loaders (the model's ``loader_dict_names``) is prepared by its values.
+        prepare = prepare_statements(
+            cst.Module([]).code_for_node(accelerator), names, indent, {}, dicts=self.facts.loader_dict_names
+        )
+        return cst.FlattenSentinel([updated_node, *prepare])
 
     def _instance_accelerator(self) -> cst.Attribute | None:
         """``self.accelerator`` where a rewritten method should read it, else None."""
@@ -405,8 +408,10 @@ class _GiveAccelerator(RuleTransformer):
             return statements
         joined = ", ".join(ready)
         self.report(anchor, TrainingClass.code, f"{name} prepares {joined}", header_only=True)
-        prepare = prepare_statement(f"{instance}.{self.accelerator}", ready, " " * 8)
-        return [*statements[: last + 1], prepare, *statements[last + 1 :]]
+        prepare = prepare_statements(
+            f"{instance}.{self.accelerator}", ready, " " * 8, {}, dicts=self.facts.loader_dict_names
+        )
+        return [*statements[: last + 1], *prepare, *statements[last + 1 :]]
 
 
 def _called_methods(line: cst.BaseStatement, instance: str, plan: _ClassPlan) -> set[str]:
