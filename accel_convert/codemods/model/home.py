@@ -4,13 +4,13 @@ which functions reach it."""
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed, holds_device
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
-from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import (
     dotted,
     parameters_filled,
@@ -32,6 +32,10 @@ from accel_convert.codemods.model.recorder import (
 )
 from accel_convert.codemods.model.roles import models_into_parameters
 from accel_convert.codemods.model.state import Analysis
+
+if TYPE_CHECKING:
+    # Only a program of several modules has seeds: a script converted alone never loads them.
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 
 
 @provider(

@@ -10,7 +10,6 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
-from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.calls import handed_to_worker_processes, nested_function
 from accel_convert.codemods.model.provider import provider
@@ -18,6 +17,7 @@ from accel_convert.codemods.model.state import Analysis
 
 if TYPE_CHECKING:
     from accel_convert.codemods.engine.names import ScopeKey
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 
 
 @provider(

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from dataclasses import fields
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import FILE_START
 from accel_convert.codemods.engine.positions import OriginIndex, original_sites
-from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model import (
     arguments,
@@ -41,6 +40,10 @@ from accel_convert.codemods.model import (
 from accel_convert.codemods.model.provider import WORKING_FACTS, Provider, RuleProvider, check_order
 from accel_convert.codemods.model.recorder import Recorder
 from accel_convert.codemods.model.state import Analysis
+
+if TYPE_CHECKING:
+    # Only a program of several modules has seeds: a script converted alone never loads them.
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 
 #: ScriptFacts fields the analysis does not draw: set when the facts are made (the name table,
 #: the seeds, the run context) or a fixed default (the accelerator's name).

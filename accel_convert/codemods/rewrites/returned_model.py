@@ -59,10 +59,12 @@ class ReturnedModel:
     readers: list[cst.CSTNode] = field(default_factory=list)
 
 
-def unwrapped_returns(module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-    """The module with the returned model unwrapped and the caller's saves kept to the main
-    process (unchanged when the pattern is not there), and the changes made."""
-    found = returned_model(module, facts)
+def unwrapped_returns(
+    module: cst.Module, found: ReturnedModel | None, facts: ScriptFacts, options: Options
+) -> tuple[cst.Module, list[Change]]:
+    """The module with the returned model (``found`` in it by :func:`returned_model`) unwrapped
+    and the caller's saves kept to the main process (unchanged when the pattern is not there),
+    and the changes made."""
     if found is None:
         return module, []
     changes = [
@@ -75,9 +77,8 @@ def unwrapped_returns(module: cst.Module, facts: ScriptFacts, options: Options) 
     return add_import(converted, line, options.import_style), changes
 
 
-def handled_lines(module: cst.Module, facts: ScriptFacts) -> set[int]:
+def handled_lines(found: ReturnedModel | None, facts: ScriptFacts) -> set[int]:
     """Original lines of the caller's statements this pass makes sound (their ACC914 reports go)."""
-    found = returned_model(module, facts)
     if found is None:
         return set()
     lines = set()
@@ -112,6 +113,9 @@ def _model_positions(definition: cst.FunctionDef, facts: ScriptFacts) -> set[int
     """Where the function's returns hold a prepared model (every return must agree)."""
     positions: set[int | None] = set()
     nodes = nodes_in(definition.body)
+    returns = [node for node in nodes if type(node) is cst.Return]
+    if not returns:
+        return positions  # nothing returned (a ``main`` that trains and saves itself)
     prepared = {
         name
         for node in nodes
@@ -119,7 +123,6 @@ def _model_positions(definition: cst.FunctionDef, facts: ScriptFacts) -> set[int
         for name in prepared_arguments(call)
         if name in facts.models
     }
-    returns = [node for node in nodes if type(node) is cst.Return]
     for node in returns:
         value = node.value
         if dotted(value) in prepared:

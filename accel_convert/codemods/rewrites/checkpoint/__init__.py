@@ -78,7 +78,7 @@ from accel_convert.codemods.rewrites.checkpoint.loads import WaitBeforeLoads
 from accel_convert.codemods.rewrites.checkpoint.rewriter import CheckpointRewriter
 from accel_convert.codemods.rewrites.checkpoint.saves import SavedValues, WaitAfterSaves
 from accel_convert.codemods.rewrites.checkpoint.unwrap import MODULE_OWN_ATTRIBUTES, training_method_calls
-from accel_convert.codemods.rewrites.returned_model import handled_lines, unwrapped_returns
+from accel_convert.codemods.rewrites.returned_model import handled_lines, returned_model, unwrapped_returns
 
 # This module is the rule: its docstring, codes, examples and the order of its passes. Each part
 # lives in a module of its own, whose docstring says what it owns:
@@ -811,8 +811,9 @@ def _returned_model_saved_by_caller(
 ) -> tuple[cst.Module, Callable[[list[Change]], list[Change]]]:
     """The prepared model the creating function returns, unwrapped there, and its caller's saves
     on the main process (:mod:`.returned_model`); what it makes sound is no longer reported."""
-    handled = handled_lines(module, facts)
-    converted, made = unwrapped_returns(module, facts, options)
+    found = returned_model(module, facts)
+    handled = handled_lines(found, facts)
+    converted, made = unwrapped_returns(module, found, facts, options)
 
     def with_returned(changes: list[Change]) -> list[Change]:
         kept = [change for change in changes if not (change.code == "ACC914" and change.line in handled)]

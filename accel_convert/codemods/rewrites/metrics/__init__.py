@@ -2111,7 +2111,7 @@ class MetricsCodemod(Rule):
             torchmetrics_in(module, facts),
             loaders_over_streams(module, facts),
             loaders_of_sample_lists(module, facts),
-            loaders_padded_per_batch(module, facts),
+            lambda: loaders_padded_per_batch(module, facts),
             prepared_model_lists(module, facts),
             runtime_target=options.target == "runtime",
         )

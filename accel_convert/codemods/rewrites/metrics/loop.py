@@ -5,7 +5,7 @@ one holds the order of the decisions and the reports that stop a gather."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -153,7 +153,7 @@ class EvalLoopRewriter(RuleTransformer):
         torchmetrics: TorchMetrics,
         streams: dict[str, str],
         zipped_loaders: set[str],
-        padded_loaders: set[str],
+        padded_loaders: Callable[[], set[str]],
         model_lists: dict[str, set[str]] | None = None,
         runtime_target: bool = True,
     ) -> None:
@@ -169,8 +169,11 @@ class EvalLoopRewriter(RuleTransformer):
         self._streams = streams
         #: Loaders whose ``collate_fn`` returns ``tuple(zip(*batch))``: batches of per-sample lists.
         self._zipped_loaders = zipped_loaders
-        #: Loaders whose collate function pads each batch to its own longest sample.
-        self._padded_loaders = padded_loaders
+        #: Finds the loaders whose collate function pads each batch to its own longest sample
+        #: (a search of every function of the file): asked only about a loop whose gathered values
+        #: have a per-token dimension, once (see :attr:`padded_loaders`).
+        self._find_padded_loaders = padded_loaders
+        self._padded_loaders: set[str] | None = None
         #: Names a new variable must not take: those of the module-level function being walked
         #: (nested functions share their enclosing function's set), or the whole module's for
         #: module-level code.
@@ -756,13 +759,21 @@ class EvalLoopRewriter(RuleTransformer):
             gather_lines += [line for line, _ in summed_counts.values()]
         return insert_after(body, gather.forward, gather_lines, plan, self)
 
+    def padded_loaders(self) -> set[str]:
+        """Loaders whose collate function pads each batch to its own longest sample, found the
+        first time a loop asks (most loops gather no per-token value, and a second conversion of
+        the output, the verification, makes no gather: neither searches the file)."""
+        if self._padded_loaders is None:
+            self._padded_loaders = self._find_padded_loaders()
+        return self._padded_loaders
+
     def _report_gathered(self, original: cst.For, plan: GatherPlan) -> None:
         """The gather made, and what of the loader's batches it cannot make right."""
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, GATHERED, f"gather_for_metrics({gathered}) after the forward", True)
         loader = iterated_name(original.iter, through_any_call=True)
         self._gathered_loops[-1].append(GatheredLoop(loader or "", original))
-        if loader in self._padded_loaders and gathers_padded_sequences(original, plan):
+        if gathers_padded_sequences(original, plan) and loader in self.padded_loaders():
             self.report(
                 original,
                 RAGGED_PADDING,
