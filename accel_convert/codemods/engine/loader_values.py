@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import FactQuestions
 
 
-def builds_loader(value: cst.CSTNode, facts: ScriptFacts) -> bool:
+def builds_loader(value: cst.CSTNode, facts: FactQuestions) -> bool:
     """``DataLoader(...)``."""
     return isinstance(value, cst.Call) and facts.builds_data_loader(value.func)
 
 
-def holds_loaders(value: cst.BaseExpression, facts: ScriptFacts) -> bool:
+def holds_loaders(value: cst.BaseExpression, facts: FactQuestions) -> bool:
     """``{split: DataLoader(...) for split in ...}`` or ``{"train": DataLoader(...), ...}``."""
     if isinstance(value, cst.DictComp):
         return builds_loader(value.value, facts)
