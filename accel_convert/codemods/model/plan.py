@@ -816,15 +816,16 @@ def _names_a_model(value: cst.BaseExpression, a: Analysis) -> bool:
 def _model_bindings(a: Analysis) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Module-level function or ``"Class.method"`` → the model names it binds to a fresh object
     (a construction or a load, not a call of the file's functions nor a ``prepare``), and → those
-    it binds any other way. A move or a mode switch of the model itself (``model =
-    model.to(device)``, ``model = model.eval()``) is neither."""
+    it binds any other way. A move, a mode switch or a ``DataParallel`` wrap of the model itself
+    (``model = model.to(device)``, ``model = model.eval()``, ``model = nn.DataParallel(model)``) is
+    neither."""
     built: dict[str, set[str]] = {}
     other: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         models = set(assign.targets) & a.facts.models
         if not models or len(assign.scope) not in (1, 2):
             continue
-        built_value = constructed(assign.value)
+        built_value = _unwrapped(constructed(assign.value), a.facts)
         if len(assign.targets) == 1 and isinstance(built_value, cst.Name) and built_value.value == assign.targets[0]:
             continue
         fresh = (
