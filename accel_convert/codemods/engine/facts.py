@@ -648,9 +648,17 @@ class ScriptFacts(FactQuestions):
     #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
     #: or through a function of the file that returns it (``args = get_args()``).
     parsed_arguments: AbstractSet[str] = frozenset()
-    #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
-    #: directly or through their calls: a hand-written dataset download.
+    #: Module-level functions and classes whose call downloads a data set (see
+    #: ``model.locality.download_functions``): a hand-written download, a lambda that downloads
+    #: called inside, a dataset wrapping ``MNIST(root, download=True)``, and their callers.
     download_functions: AbstractSet[str] = frozenset()
+    #: Methods (``Class.method``) of classes that do not train whose call downloads (a lambda
+    #: there that downloads, or a download where the accelerator does not go).
+    downloading_methods: AbstractSet[str] = frozenset()
+    #: Callees as written (``get_dataset``, ``data.Wrapped``, ``source.get``) whose call
+    #: downloads, this module's and the program's: the statement calling one runs on the main
+    #: process first (ACC115).
+    download_calls: AbstractSet[str] = frozenset()
     #: Draws from a global generator (torch's, NumPy's, Python's ``random``) that no seeding
     #: call above them makes the same on every process, and that decide what the processes
     #: share (a learning rate, a split, a target, a file name): outside the loops that train, and
@@ -867,6 +875,8 @@ class FactsDraft(FactQuestions):
     parser_options: set[str] = field(default_factory=set)
     parsed_arguments: set[str] = field(default_factory=set)
     download_functions: set[str] = field(default_factory=set)
+    downloading_methods: set[str] = field(default_factory=set)
+    download_calls: set[str] = field(default_factory=set)
     shared_draws: list[Site] = field(default_factory=list)
     shared_draw_lines: set[int] = field(default_factory=set)
     drawing_functions: set[str] = field(default_factory=set)

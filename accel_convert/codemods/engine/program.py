@@ -392,6 +392,11 @@ class Program:
                 if f"{name}.{cls}" in looping | backward
             },
             drawing={f"{name}.{f}" for name, module_facts in facts.items() for f in module_facts.drawing_functions},
+            downloading={
+                f"{name}.{f}"
+                for name, module_facts in facts.items()
+                for f in module_facts.download_functions | module_facts.downloading_methods
+            },
             training_bases=by_module(training_bases(parents, facts, calls)),
             training_base_subclasses=by_module(inheriting_training(parents, self.shapes, facts)),
             inherited_accelerator=by_module(inheriting_accelerator(parents, self.shapes, facts)),

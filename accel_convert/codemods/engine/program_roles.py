@@ -189,6 +189,8 @@ class Learnt:
     training_classes: set[str]
     #: Functions and classes drawing from a global generator before any seed.
     drawing: set[str]
+    #: Functions, classes and methods whose call downloads a data set.
+    downloading: set[str]
     #: Module → its classes of each kind.
     training_bases: dict[str, set[str]]
     training_base_subclasses: dict[str, set[str]]
@@ -257,6 +259,7 @@ class Learnt:
             backward_functions=frozenset(self.backward - own),
             training_classes_elsewhere=frozenset(self.training_classes - own),
             drawing_functions=frozenset(self.drawing - own),
+            download_callables=frozenset(self.downloading - own),
             training_bases=frozenset(self.training_bases.get(name, set())),
             training_base_subclasses=frozenset(self.training_base_subclasses.get(name, set())),
             inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),

@@ -56,6 +56,9 @@ class ProgramSeeds:
     #: Imported functions (and classes) that draw from a global generator before any seed,
     #: directly or through their calls (a config helper drawing the learning rate).
     drawing_functions: frozenset[str] = frozenset()
+    #: Imported functions, classes and methods (qualified) whose call downloads a data set
+    #: (``data.get_dataset``, ``data.Wrapped``, ``data.Source.get``): see ``facts.download_calls``.
+    download_callables: frozenset[str] = frozenset()
     #: This module's functions and classes that other modules of the program call → whether every
     #: such call is made where each process does its own work (``transform(image)`` in a dataset's
     #: ``__getitem__``): what they draw is per process on purpose there (an augmentation).

@@ -199,23 +199,28 @@ def statement_downloads(statement: cst.BaseStatement, facts: ScriptFacts, accele
     body alone under the barrier would send a failing main process past it into the handler)."""
     if isinstance(statement, cst.Try):
         return _try_downloads_alone(statement, facts, accelerator)
-    download_functions = facts.download_functions
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
     pending: list[cst.CSTNode] = list(statement.body)
     while pending:
         node = pending.pop()
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in download_functions:
+        if isinstance(node, cst.Call) and callee_spelling(node.func) in facts.download_calls:
             return True
-        if isinstance(node, cst.Call) and any(
-            arg.keyword is not None
-            and arg.keyword.value == "download"
-            and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
-            for arg in node.args
-        ):
+        if _download_call(node):
             return True
-        pending.extend(node.children)
+        if not isinstance(node, cst.Lambda):  # a lambda downloads where it is called, not here
+            pending.extend(node.children)
     return False
+
+
+def _download_call(node: cst.CSTNode) -> bool:
+    """A call with ``download=`` anything but ``False`` (``datasets.MNIST(root, download=True)``)."""
+    return isinstance(node, cst.Call) and any(
+        arg.keyword is not None
+        and arg.keyword.value == "download"
+        and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
+        for arg in node.args
+    )
 
 
 def _try_downloads_alone(node: cst.Try, facts: ScriptFacts, accelerator: str | None) -> bool:
@@ -255,13 +260,122 @@ def _try_downloads_alone(node: cst.Try, facts: ScriptFacts, accelerator: str | N
     return True
 
 
-@provider(needs=("call_graph", "home_kind", "main_function", "creating_function"), provides=("download_functions",))
+@provider(
+    needs=("call_graph", "home_kind", "main_function", "creating_function", "training_classes"),
+    provides=("download_functions", "downloading_methods", "download_calls"),
+)
 def download_functions(a: Analysis) -> None:
-    """Functions fetching files over the network, directly or through their calls (a hand-written
-    dataset download), other than the home block's."""
-    found = {call.function for call in a.r.calls if a.qualified(call) in NETWORK_FETCHES}
-    found = callers_closure(found & set(a.r.defs), a.facts.call_graph, among=set(a.r.defs))
-    a.facts.download_functions = found - {a.facts.home_function, a.facts.creating_function or ""}
+    """What downloads a data set when called, where no barrier can go inside: a function fetching
+    files over the network (a hand-written download) or calling a lambda that downloads
+    (``{"mnist": lambda: MNIST(root, download=True)}[name]()``); a method of a class that does
+    not train (the accelerator does not go there) that downloads, itself or through its other
+    methods; a class whose ``__init__`` is one (a dataset wrapping ``MNIST(root,
+    download=True)``); what calls one of them, here or in another module of the program; and,
+    as written at their calls, the program's others (``download_calls``). The statement calling
+    one runs on the main process first (ACC115)."""
+    defs = set(a.r.defs)
+    imported = a.seeds.download_callables if a.seeds is not None else frozenset()
+    lambdas = {
+        node.name.value for node in a.module.body if isinstance(node, cst.FunctionDef) and _lambda_downloads(node)
+    }
+    known = _Downloaders(imported)
+    while True:
+        calling = [call for call in a.r.calls if known.downloads(a, call)]
+        methods = _downloading_methods(a, calling)
+        classes = {method.partition(".")[0] for method in methods if method.endswith(".__init__")}
+        starts = {call.function for call in calling} | lambdas
+        functions = callers_closure(starts & defs, a.facts.call_graph, among=defs)
+        # The home block's function runs the download under the barrier itself.
+        functions -= {a.facts.home_function, a.facts.creating_function or ""}
+        if (functions, classes, methods) == (known.functions, known.classes, known.methods):
+            break
+        known.functions, known.classes, known.methods = functions, classes, methods
+    a.facts.download_functions = functions | classes
+    a.facts.downloading_methods = methods
+    spelled = {callee_spelling(call.node.func) for call in calling if known.called(a, call)}
+    a.facts.download_calls = (spelled - {None}) | a.facts.download_functions  # type: ignore[operator]
+
+
+def callee_spelling(func: cst.BaseExpression) -> str | None:
+    """How a call's callee is written, as ``download_calls`` holds it: ``get_dataset``,
+    ``data.Wrapped``, ``source.get``, ``Source().get`` for a method of a fresh instance."""
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        built = dotted(func.value.func)
+        return None if built is None else f"{built}().{func.attr.value}"
+    return dotted(func)
+
+
+@dataclass
+class _Downloaders:
+    """What is known to download so far (``download_functions`` grows it to a fixed point)."""
+
+    imported: AbstractSet[str]
+    functions: set[str] = field(default_factory=set)
+    classes: set[str] = field(default_factory=set)
+    methods: set[str] = field(default_factory=set)
+
+    def downloads(self, a: Analysis, call: CallRecord) -> bool:
+        """Whether ``call`` downloads: ``download=True``, a fetch over the network, or a call of
+        a function, class or method known to download."""
+        return _download_call(call.node) or a.qualified(call) in NETWORK_FETCHES or self.called(a, call)
+
+    def called(self, a: Analysis, call: CallRecord) -> bool:
+        """Whether ``call`` runs a function, class or method known to download."""
+        callee = _callee(a, call)
+        if callee is not None and callee in self.functions | self.classes | self.imported:
+            return True
+        func = call.node.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        own = instance_class(a, call, func.value)
+        if own is not None:
+            return f"{own}.{func.attr.value}" in self.methods
+        built = _imported_instance(a, call, func.value)
+        return built is not None and f"{built}.{func.attr.value}" in self.imported
+
+
+def _imported_instance(a: Analysis, call: CallRecord, receiver: cst.BaseExpression) -> str | None:
+    """The program class (qualified) ``receiver`` is an instance of, where the function of
+    ``call`` binds it to one construction of a class another module defines (``dataset =
+    ContrastiveLearningDataset(root)``)."""
+    if isinstance(receiver, cst.Call):
+        return program_callee(a.facts, receiver.func, call.scope)
+    if not isinstance(receiver, cst.Name):
+        return None
+    built = {
+        program_callee(a.facts, assign.value.func, assign.scope)
+        for assign in a.r.assigns
+        if assign.function == call.function and receiver.value in assign.targets and isinstance(assign.value, cst.Call)
+    }
+    return built.pop() if len(built) == 1 else None
+
+
+def _lambda_downloads(function: cst.FunctionDef) -> bool:
+    """Whether a lambda in ``function`` downloads (when the function calls it)."""
+    return any(
+        isinstance(node, cst.Lambda) and any(_download_call(inner) for inner in nodes_in(node))
+        for node in nodes_in(function.body)
+    )
+
+
+def _downloading_methods(a: Analysis, calling: Sequence[CallRecord]) -> set[str]:
+    """Methods (``Class.method``) of classes that do not train making one of the ``calling``
+    calls, or calling such a method on their instance (``self.download()``)."""
+    found = {
+        f"{call.function}.{call.scope[1]}"
+        for call in calling
+        if len(call.scope) >= 2 and call.function in a.r.classes and call.function not in a.facts.training_classes
+    }
+    grown = True
+    while grown:
+        grown = False
+        for name, record in a.r.classes.items():
+            for method, called in record.method_calls.items():
+                key = f"{name}.{method}"
+                if key not in found and any(f"{name}.{other}" in found for other in called):
+                    found.add(key)
+                    grown = True
+    return found
 
 
 @provider(

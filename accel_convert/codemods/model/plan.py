@@ -801,8 +801,9 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
             found[function] = never
     for method in sorted(built.keys() - returning):
         owner = method.partition(".")[0]
-        if owner in a.r.classes and owner not in a.facts.training_classes and built[method] - other.get(method, set()):
-            found[method] = frozenset(built[method] - other.get(method, set()))
+        fresh = built[method] - other.get(method, set())
+        if owner in a.r.classes and owner not in a.facts.training_classes and fresh:
+            found[method] = frozenset(fresh)
     return found
 
 

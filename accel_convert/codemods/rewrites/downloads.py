@@ -3,8 +3,12 @@
 ``datasets.MNIST(root, download=True)`` checks a folder and, when the files are missing, downloads
 and extracts them. Run by every process at once, they all find the folder empty and write the same
 files over each other (a truncated archive, a half-extracted folder another rank already reads).
-The same goes for a call of the script's own download function (one that fetches with
-``urlretrieve``, ``requests.get`` ... and unpacks what it fetched).
+The same goes for a call of anything that downloads where no barrier can go inside (the
+locality owner's ``download_calls``): the script's own download function (one that fetches with
+``urlretrieve``, ``requests.get`` ... and unpacks what it fetched), a function calling a lambda
+that downloads (``{"mnist": lambda: MNIST(root, download=True)}[name]()``), a class that does not
+train whose ``__init__`` downloads (a dataset wrapping ``MNIST(root, download=True)``), a method
+of one, and those of another module of the program: the call runs on the main process first.
 Under ``with accelerator.main_process_first():`` the main process downloads while the others wait
 at a barrier, then they read what it wrote. The barrier is only added where every process reaches
 it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
@@ -17,6 +21,7 @@ and handles the download's error as the original does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -65,6 +70,76 @@ class Downloads(Rule):
                     with accelerator.main_process_first():
                         train_set = datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
                     loader = DataLoader(train_set, batch_size=64, shuffle=True)
+                    model = torch.nn.Linear(784, 10)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.cross_entropy(model(images.flatten(1)), labels)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # A dataset class wrapping a download in its __init__: the accelerator does not go inside
+        # it, so the construction runs on the main process first.
+        Example(
+            before="""
+                import torch
+                from torch.utils.data import DataLoader, Dataset
+                from torchvision import datasets, transforms
+
+
+                class Digits(Dataset):
+                    def __init__(self, root):
+                        self.inner = datasets.MNIST(root, download=True, transform=transforms.ToTensor())
+
+                    def __len__(self):
+                        return len(self.inner)
+
+                    def __getitem__(self, index):
+                        return self.inner[index]
+
+
+                def main():
+                    loader = DataLoader(Digits("data"), batch_size=64, shuffle=True)
+                    model = torch.nn.Linear(784, 10)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.cross_entropy(model(images.flatten(1)), labels)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, Dataset
+                from torchvision import datasets, transforms
+
+
+                class Digits(Dataset):
+                    def __init__(self, root):
+                        self.inner = datasets.MNIST(root, download=True, transform=transforms.ToTensor())
+
+                    def __len__(self):
+                        return len(self.inner)
+
+                    def __getitem__(self, index):
+                        return self.inner[index]
+
+
+                def main():
+                    accelerator = Accelerator()
+                    with accelerator.main_process_first():
+                        loader = DataLoader(Digits("data"), batch_size=64, shuffle=True)
                     model = torch.nn.Linear(784, 10)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -136,10 +211,10 @@ class Downloads(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and ("download" in facts.word_lines or bool(facts.download_functions))
+        return facts.has_accelerator and ("download" in facts.word_lines or bool(facts.download_calls))
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        rewriter = _MainProcessFirst(facts, facts.lines_mentioning({"download"} | facts.download_functions))
+        rewriter = _MainProcessFirst(facts, facts.lines_mentioning({"download"} | _words(facts.download_calls)))
         return module.visit(rewriter), rewriter.changes(module)
 
 
@@ -199,3 +274,8 @@ class _MainProcessFirst(RuleTransformer):
                 result.append(statement)
         flush()
         return result if changed else None
+
+
+def _words(callees: AbstractSet[str]) -> set[str]:
+    """The names the lines calling ``callees`` mention (``Source().get`` mentions ``Source``)."""
+    return {callee.partition("(")[0] for callee in callees}

@@ -778,14 +778,13 @@ class CheckpointCodemod(Rule):
         unguarded: list[tuple[str, int]] = []
         loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
         if (rewriter.saves or saved_elsewhere) and loads:
-            waits = WaitBeforeLoads(facts, loads, report=not rewriter.saves)
-            waited_module = new_module.visit(waits)
-            unguarded = waits.unguarded
             # Loads only where the rewriter does not go (a dataset's cache, a ``Predictor``
             # class without the accelerator) get no barrier before them; those where none can
             # go still make the ranks wait after the save they may read.
-            if rewriter.loads:
-                new_module, waited = waited_module, waits.changes(module)
+            waits = WaitBeforeLoads(facts, loads, report=not rewriter.saves, place=bool(rewriter.loads))
+            new_module = new_module.visit(waits)
+            unguarded = waits.unguarded
+            waited = waits.changes(module)
         new_module, after = _wait_after_writes(new_module, module, facts, rewriter.saves, unguarded)
         return new_module, returned([*rewriter.changes(module), *waited, *after, *reported])
 

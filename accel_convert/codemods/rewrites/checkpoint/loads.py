@@ -64,11 +64,14 @@ class LoadsOnOwnDevice(RuleTransformer):
 class WaitBeforeLoads(BarrierPlacer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
     main process may just have written the file. ``report``: each wait is reported (the save is
-    in another module of the program, so no report of this module announces it)."""
+    in another module of the program, so no report of this module announces it). ``place``:
+    False only collects :attr:`unguarded` (the loads no barrier can precede), changing nothing.
+    """
 
-    def __init__(self, facts: ScriptFacts, lines: set[int], report: bool = False) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], report: bool = False, place: bool = True) -> None:
         super().__init__(facts, lines)
         self.report_waits = report
+        self.place = place
         #: The ``torch.load`` lines left without a barrier before them (a block not every rank
         #: runs alike, or where the accelerator is not reachable): (function, original line).
         self.unguarded: list[tuple[str, int]] = []
@@ -80,6 +83,8 @@ class WaitBeforeLoads(BarrierPlacer):
                 self.unguarded.append((self.function, self.site(first_small(statement)).line))
 
     def with_barriers(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        if not self.place:
+            return None
         result: list[cst.BaseStatement] = []
         after_load = False  # the statement before loads too: one barrier serves loads in a row
         for statement in statements:
