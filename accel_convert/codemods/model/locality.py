@@ -293,7 +293,7 @@ def download_functions(a: Analysis) -> None:
     a.facts.download_functions = functions | classes
     a.facts.downloading_methods = methods
     spelled = {callee_spelling(call.node.func) for call in calling if known.called(a, call)}
-    a.facts.download_calls = (spelled - {None}) | a.facts.download_functions  # type: ignore[operator]
+    a.facts.download_calls = {name for name in spelled if name is not None} | a.facts.download_functions
 
 
 def callee_spelling(func: cst.BaseExpression) -> str | None:
