@@ -275,9 +275,8 @@ def download_functions(a: Analysis) -> None:
     one runs on the main process first (ACC115)."""
     defs = set(a.r.defs)
     imported = a.seeds.download_callables if a.seeds is not None else frozenset()
-    lambdas = {
-        node.name.value for node in a.module.body if isinstance(node, cst.FunctionDef) and _lambda_downloads(node)
-    }
+    body = a.module.body if a.module is not None else ()
+    lambdas = {node.name.value for node in body if isinstance(node, cst.FunctionDef) and _lambda_downloads(node)}
     known = _Downloaders(imported)
     while True:
         calling = [call for call in a.r.calls if known.downloads(a, call)]
