@@ -636,15 +636,7 @@ def conversion_plan(a: Analysis) -> None:
         # bound (the plan's ``bundled``): held prepared from there on, as a training class's
         # (what the plan itself asks of them, :func:`_held_prepared`, and the rules after it).
         a.facts.prepared_attributes |= set(a.bundle_attributes)
-    bound: dict[str, set[str]] = {}
-    # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
-    unpacked = a.facts.loaders_unpacked_from_parameters
-    for assign in a.r.assigns:
-        # A function nested in another binds its own names (``main.train``'s optimizer).
-        block = nested_function(a, assign.scope) or assign.function
-        bound.setdefault(block, set()).update(
-            target for target in assign.targets if (assign.function, target) not in unpacked
-        )
+    bound = _bound_by_block(a)
     a.facts.plan = ConversionPlan.of(
         a.facts,
         bound,
@@ -657,6 +649,26 @@ def conversion_plan(a: Analysis) -> None:
         _attribute_aliases(a),
         a.bundle_attributes,
     )
+
+
+def _bound_by_block(a: Analysis) -> dict[str, set[str]]:
+    """Module-level function (or nested function, by its path; ``<module>``) → the names it binds
+    to objects of its own: not a loader it unpacks from the tuple it is handed (prepared with the
+    tuple), nor a model a training function builds, prepares and returns to it (``model =
+    train(loaders)``: that function prepares it)."""
+    bound: dict[str, set[str]] = {}
+    unpacked = a.facts.loaders_unpacked_from_parameters
+    preparing = _preparing_functions(a.facts)
+    for assign in a.r.assigns:
+        # A function nested in another binds its own names (``main.train``'s optimizer).
+        block = nested_function(a, assign.scope) or assign.function
+        returned = isinstance(assign.value, cst.Call) and dotted(assign.value.func) in preparing
+        bound.setdefault(block, set()).update(
+            target
+            for target in assign.targets
+            if (assign.function, target) not in unpacked and not (returned and target in a.facts.models)
+        )
+    return bound
 
 
 def _attribute_aliases(a: Analysis) -> frozenset[str]:
@@ -896,6 +908,8 @@ class _Handing:
         self.covered: set[tuple[int, str]] = set()
         #: Module-level function → the module's names it reads (``_globals_read_by``).
         self._global_reads: dict[str, frozenset[str]] = {}
+        #: Block → what it builds before its training (set by :meth:`prepares`).
+        self.built: Mapping[str, Mapping[str, tuple[int, int]]] = {}
 
     def prepares(
         self,
@@ -907,6 +921,7 @@ class _Handing:
         """What is prepared before a statement handing it to a training function, and what is
         prepared after a statement binding it (the last before the statement training it)."""
         facts = self.a.facts
+        self.built = built
         # What the block prepares where it is built (each time), and the loaders it prepares
         # before a wrap; not what its one prepare takes, which a rebinding in a loop makes new.
         here = set(built.get(block, {})) | set(self.received.get(block, ()))
@@ -960,7 +975,7 @@ class _Handing:
             reading.after[line] = self._in_order(set(reading.after.get(line, ())) | trained)
             self.covered |= {(where, name) for name in trained for where in bound[name]}
             prepared |= trained
-        if _prepares_already(node):
+        if _prepares_already(node) or self._returned_prepared(node, assigned):
             for name in assigned:
                 bound.pop(name, None)  # prepared by the original script (converted already)
             prepared |= assigned
@@ -974,6 +989,21 @@ class _Handing:
                 # / ``else: net = Net()``): a prepare made before holds the old object.
                 anew = {name for name in assigned & prepared if _bound_on_every_path(node, name, self.a, later)}
                 prepared -= anew - reading.again
+
+    def _returned_prepared(self, node: cst.BaseStatement, assigned: AbstractSet[str]) -> bool:
+        """Whether ``node`` binds models only to what a training function returns (``model =
+        train(loaders)``) that builds them itself: it prepares them, and hands them back prepared."""
+        if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+            return False
+        small = node.body[0]
+        if not isinstance(small, cst.Assign) or not isinstance(small.value, cst.Call):
+            return False
+        callee = dotted(small.value.func)
+        facts = self.a.facts
+        if callee not in _preparing_functions(facts):
+            return False
+        models = assigned & facts.models
+        return bool(models) and models <= set(self.built.get(callee or "", {}))
 
     def _binding_and_training_bodies(self, node: cst.BaseStatement) -> list[Sequence[cst.BaseStatement]]:
         """The blocks of ``node`` (each branch of an ``if`` chain, a ``with`` block, a ``try``'s
@@ -1411,15 +1441,7 @@ def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str
         set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a), a.bundle_attributes)) & facts.loaders
     )
     loaders -= a.unsharded_loaders | facts.prepared
-    bound: dict[str, set[str]] = {}
-    # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
-    unpacked = a.facts.loaders_unpacked_from_parameters
-    for assign in a.r.assigns:
-        # A function nested in another binds its own names (``main.train``'s optimizer).
-        block = nested_function(a, assign.scope) or assign.function
-        bound.setdefault(block, set()).update(
-            target for target in assign.targets if (assign.function, target) not in unpacked
-        )
+    bound = _bound_by_block(a)
     found: dict[str, tuple[str, ...]] = {}
     for function in sorted(reached):
         built = tuple(sorted(bound.get(function, set()) & loaders))
