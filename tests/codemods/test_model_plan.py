@@ -1229,3 +1229,54 @@ def test_a_loader_factory_is_no_home_without_an_optimizer(shape: str) -> None:
     assert "Accelerator()" not in factory
     assert "accelerator.backward(" in converted
     assert "gather_for_metrics" in converted
+
+
+RETURNED_BY_TRAINING = """\
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def train(loader):
+        model = torch.nn.Linear(4, 3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        return model
+
+
+    def evaluate(model, loader):
+        with torch.no_grad():
+            return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+
+
+    {home}
+"""
+
+
+@pytest.mark.parametrize(
+    "home",
+    [
+        # The __main__ block, main() and module level, each binding what train() returns.
+        'if __name__ == "__main__":\n'
+        "        loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)\n"
+        "        model = train(loader)\n"
+        "        print(evaluate(model, loader))",
+        "def main():\n"
+        "        loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)\n"
+        "        model = train(loader)\n"
+        "        print(evaluate(model, loader))",
+        "loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)\n"
+        "    model = train(loader)\n"
+        "    print(evaluate(model, loader))",
+    ],
+    ids=["main_guard", "main_function", "module"],
+)
+def test_a_model_a_training_function_builds_and_returns_is_prepared_there_once(home: str) -> None:
+    plan, _, converted = _planned(RETURNED_BY_TRAINING.format(home=home))
+    assert "model" in plan.preparations["train"]  # its gradients averaged while it trains
+    assert not any("model" in names for lines in plan.prepared_after_binding.values() for names in lines.values())
+    assert plan.models_left_unprepared == ()
+    assert _prepare_lines(converted).count("model, optimizer = accelerator.prepare(model, optimizer)") == 1
+    assert "model = accelerator.prepare(model)" not in _prepare_lines(converted)  # not wrapped again
