@@ -659,16 +659,35 @@ def _bound_by_block(a: Analysis) -> dict[str, set[str]]:
     bound: dict[str, set[str]] = {}
     unpacked = a.facts.loaders_unpacked_from_parameters
     preparing = _preparing_functions(a.facts)
+    trains_from = _home_training_starts(a)
     for assign in a.r.assigns:
         # A function nested in another binds its own names (``main.train``'s optimizer).
         block = nested_function(a, assign.scope) or assign.function
         returned = isinstance(assign.value, cst.Call) and dotted(assign.value.func) in preparing
+        # A model a home block builds once its training has started (ENet's ``model = ENet(n)``
+        # for ``--mode test``, after ``model = train(...)``) is none it hands over to train.
+        late = block in trains_from and a.site(assign.node).line >= trains_from[block]
         bound.setdefault(block, set()).update(
             target
             for target in assign.targets
-            if (assign.function, target) not in unpacked and not (returned and target in a.facts.models)
+            if (assign.function, target) not in unpacked and not ((returned or late) and target in a.facts.models)
         )
     return bound
+
+
+def _home_training_starts(a: Analysis) -> dict[str, int]:
+    """Home block → the original line of its statement where training starts, or that calls a
+    training function (none: not there)."""
+    if a.module is None or a.facts.home_kind == "library":
+        return {}
+    calls = [site.line for name in _preparing_functions(a.facts) for site in a.facts.call_sites.get(name, ())]
+    lines = [*_home_training_lines(a.facts), *calls]
+    found: dict[str, int] = {}
+    for block, statements in _home_blocks(a.module, a.facts).items():
+        start = _training_start(statements, lines, a)
+        if start < len(statements):
+            found[block] = a.site(statements[start]).line
+    return found
 
 
 def _attribute_aliases(a: Analysis) -> frozenset[str]:
