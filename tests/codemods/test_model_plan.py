@@ -1270,8 +1270,15 @@ RETURNED_BY_TRAINING = """\
         "loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)\n"
         "    model = train(loader)\n"
         "    print(evaluate(model, loader))",
+        # ENet's: the __main__ block also builds a model of that name once training is done.
+        'if __name__ == "__main__":\n'
+        "        loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8)\n"
+        "        model = train(loader)\n"
+        "        if len(loader) > 8:\n"
+        "            model = torch.nn.Linear(4, 3)\n"
+        "        print(evaluate(model, loader))",
     ],
-    ids=["main_guard", "main_function", "module"],
+    ids=["main_guard", "main_function", "module", "main_guard_built_again"],
 )
 def test_a_model_a_training_function_builds_and_returns_is_prepared_there_once(home: str) -> None:
     plan, _, converted = _planned(RETURNED_BY_TRAINING.format(home=home))
