@@ -25,8 +25,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "accel_convert"
 #: paths inside ``accel_convert/``. A module belongs to the longest entry naming it or a folder
 #: above it; every module must belong to one (the test says which do not).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # The import name itself: the version, and nothing imported.
-    ("package", ("__init__.py",)),
+    # The import name itself: the version, and nothing imported; and ``@record`` (records.py),
+    # the converter's dataclasses made without compiling their methods (standard library only).
+    ("package", ("__init__.py", "records.py")),
     # The distributed core converted scripts import: torch and the standard library only
     # (tests/test_import_rules.py); nothing of the converter side.
     ("runtime", ("runtime/",)),

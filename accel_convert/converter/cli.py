@@ -16,9 +16,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from accel_convert.records import record
 
 # What is imported below lives for the whole run (libcst's modules alone are some 35,000
 # objects, the converter's and the rules' classes more): the collector stays off while it loads
@@ -211,7 +212,7 @@ def _flushed() -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Job:
     """One file to convert, and where its result goes (``None``: stdout, or nowhere)."""
 
@@ -231,7 +232,7 @@ class Job:
     local_modules: tuple[ProgramFile, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """The run, fully decided: what to read, what to do with the result, how to report."""
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from accel_convert.records import record
 
 TABLE = "accel-convert"
 
@@ -47,7 +48,7 @@ class ConfigError(Exception):
     """A pyproject.toml that cannot be used; the message names the file and what is wrong."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Config:
     """Settings found in one pyproject.toml, keyed by click parameter name (``oom_retry``)."""
 

@@ -20,7 +20,8 @@ import ast
 import io
 import re
 import tokenize
-from dataclasses import dataclass
+
+from accel_convert.records import record
 
 #: Below this a file's tree is small anyway: the search is not worth its time.
 MIN_FILE_BYTES = 64_000
@@ -34,7 +35,7 @@ DATA_NODES = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant, ast.Load, as
 CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ElidedSource:
     """``source`` with its large literals replaced, and how to put them back."""
 

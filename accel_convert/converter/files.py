@@ -28,10 +28,12 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
@@ -55,7 +57,7 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
 IGNORE_FILES = (".gitignore", ".ignore")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Patterns:
     """Gitignore-style patterns and the folder they are relative to (a pattern with a slash,
     like ``src/legacy``, is anchored there; one without matches at any depth)."""
@@ -87,7 +89,7 @@ class Patterns:
         return self.spec.check_file(relative + "/" if is_dir else relative).include
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Exclusions:
     """What folder searches leave out besides hidden folders and virtual environments."""
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import libcst as cst
 
@@ -39,6 +39,7 @@ from accel_convert.codemods.engine.name_flow import (
 )
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.registry import all_rules
+from accel_convert.records import record
 
 #: The report of a rewrite the guard left out (documented with the accelerator rule, which owns
 #: "the accelerator exists before it is used").
@@ -51,7 +52,7 @@ PLUMBING = frozenset({"ACC101", "ACC104"})
 PLACEHOLDER_PREFIX = "__accel_convert"
 
 
-@dataclass
+@record()
 class Attempt:
     """One conversion of a file or a program: per file, the printed output, the changes and the
     converted trees (the trees are only needed to repair a placement)."""

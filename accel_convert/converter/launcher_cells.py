@@ -55,7 +55,7 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import libcst as cst
@@ -76,6 +76,7 @@ from accel_convert.converter.notebooks import (
     write_notebook,
 )
 from accel_convert.converter.pipeline import Conversion
+from accel_convert.records import record
 
 #: A top-level statement of a cell, as libcst parses one.
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
@@ -157,7 +158,7 @@ def restructured_and_converted(notebook: Any, options: Options, path: str) -> tu
         shared |= wanted
 
 
-@dataclass
+@record()
 class Restructured:
     notebook: Any
     #: Index (0-based, in ``notebook.cells``) of the function cell; the launcher cell goes after it.
@@ -221,7 +222,7 @@ def _new_cell(notebook: Any, code: str, wanted_id: str) -> Any:
 # -- finding the training ------------------------------------------------------------------------
 
 
-@dataclass
+@record()
 class _CodeCell:
     index: int  # in notebook.cells
     number: int  # 1-based, as positions name cells
@@ -562,7 +563,7 @@ def _separated(body: list[Statement], *, first: bool) -> list[Statement]:
 # -- settings the definitions read ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SharedSettings:
     """How the names definitions read as globals reach them from the function's cells."""
 

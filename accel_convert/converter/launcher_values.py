@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property
 
 import libcst as cst
@@ -47,12 +46,13 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import is_move, mentions_cuda
 from accel_convert.codemods.engine.name_flow import possibly_unbound_reads
 from accel_convert.codemods.engine.syntax import nodes_in
+from accel_convert.records import record
 
 #: (cell index, statement index) of a top-level statement.
 Key = tuple[int, int]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TopStatement:
     """A top-level statement of the training's cells that is not a definition."""
 

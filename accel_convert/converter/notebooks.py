@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from accel_convert.codemods import Change, Options
 from accel_convert.converter.pipeline import Conversion, ConversionError, convert_script
+from accel_convert.records import record
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -39,14 +40,14 @@ def is_notebook_path(path: str) -> bool:
     return path.lower().endswith(NOTEBOOK_SUFFIX)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CellChange(Change):
     """A change or warning in a notebook: ``line`` and ``end_line`` count within cell ``cell``."""
 
     cell: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NotebookConversion(Conversion):
     """A converted notebook; ``cells`` holds one :class:`Conversion` per code cell that changed
     (its path ``NOTEBOOK:cell N``, its bytes the cell's code), which is what ``--diff`` shows."""
@@ -80,7 +81,7 @@ def _ended(code: bytes) -> bytes:
     return code + b"\n" if code and not code.endswith(b"\n") else code
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CellConversion(Conversion):
     """One code cell's change where cells were added, removed or moved (``--launcher``): its
     path ``NOTEBOOK:cell N`` names it in the original notebook, ``new_cell`` in the converted
@@ -139,7 +140,7 @@ def is_cell_magic(code: str) -> bool:
     return code.lstrip().startswith("%%")
 
 
-@dataclass
+@record()
 class _Scan:
     """Where a line-by-line scan stands: inside a string (its quote), how deep in brackets, and
     whether the last line ended in a backslash continuation."""
@@ -222,7 +223,7 @@ def is_ipython_line(line: str) -> bool:
 # -- joining and splitting -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Piece:
     """One code cell as it goes into the joined module."""
 
@@ -234,7 +235,7 @@ class Piece:
     lines: tuple[int, ...]
 
 
-@dataclass
+@record()
 class Masks:
     """The placeholders standing for IPython syntax, and what each stands for."""
 
@@ -361,7 +362,7 @@ def write_notebook(notebook: Any, source: bytes) -> bytes:
     return text.encode("utf-8")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConvertedCells:
     """The notebook's code cells converted (the notebook's cells already hold the new code)."""
 

@@ -24,7 +24,7 @@ import tokenize
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import libcst as cst
 
@@ -33,6 +33,7 @@ from accel_convert.codemods import Change, ConversionOutcome, Options
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.converter.data_literals import elide_data_literals
 from accel_convert.converter.formatting import formatter_clean, with_import_style
+from accel_convert.records import record
 
 
 class ConversionError(Exception):
@@ -48,7 +49,7 @@ class ConversionError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Conversion:
     """The result of converting one file."""
 
@@ -371,7 +372,7 @@ DEEP_RECURSION_LIMIT = 150_000
 DEEP_STACK_BYTES = 1024 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Codec:
     """How a parsed module is printed back to exactly the bytes it came from.
 

@@ -19,7 +19,6 @@ import ast
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +40,7 @@ from accel_convert.converter.pipeline import (
     quiet_compiler_warnings,
     verifies_printed_text,
 )
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from accel_convert.converter.guard import Attempt
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 # resolution of imports above.
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProgramFile:
     """One file of a program: where it is, and the module name the entry script imports it by."""
 

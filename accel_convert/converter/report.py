@@ -21,7 +21,6 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -29,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import click
 
 from accel_convert.codemods import Change
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -44,7 +44,7 @@ OutputFormat = Literal["text", "json", "github", "sarif"]
 STALE_OUTPUT = "stale-output"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One line of the report: a change or warning from a codemod, or a stale output."""
 

@@ -28,7 +28,7 @@ writes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
@@ -37,6 +37,7 @@ from accel_convert.codemods.engine.names import BuiltinOf, builtin_named, builti
 from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -92,7 +93,7 @@ def callers_closure(
     return found
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class RunContext:
     """The only state that changes while the rules run, one per conversion: original positions
     carried from tree to tree, and the original lines earlier rules changed (a later rule that
@@ -106,7 +107,7 @@ class RunContext:
     block_layouts: dict[int, tuple[object, object]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class LoopFacts:
     """A ``for`` loop over a data loader."""
 
@@ -333,7 +334,7 @@ class FactQuestions:
         return lines
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class ScriptFacts(FactQuestions):
     """What the analysis drew (see the module docstring); read-only: ``FactsDraft.finish`` makes
     them, and facts built by hand (rule unit tests) take any sets, sequences and mappings."""
@@ -774,7 +775,7 @@ class ScriptFacts(FactQuestions):
         return name in self.models
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class FactsDraft(FactQuestions):
     """The facts while the analysis draws them (``Analysis.facts``): the fields of
     :class:`ScriptFacts`, in its order and documented there, with the sets, lists and dicts the

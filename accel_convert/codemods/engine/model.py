@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from accel_convert.records import record
+
 if TYPE_CHECKING:
     import libcst as cst
 
@@ -24,7 +26,7 @@ class Site:
     end_column: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Change:
     """One rewrite made (``fixed=True``, codes ``ACC1xx``) or one spot left for a person
     (``fixed=False``, codes ``ACC9xx``), at its position in the *original* file (1-based line,
@@ -39,7 +41,7 @@ class Change:
     fixed: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ImportStyle:
     """How the project sorts its imports (its ``[tool.ruff]``/``[tool.isort]`` settings, read by
     the converter): what decides where and how an import a rewrite adds is written."""
@@ -55,7 +57,7 @@ class ImportStyle:
     wrap: Literal["vertical", "grid"] = "vertical"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """What the user asked for; the CLI builds it from flags and ``[tool.accel-convert]``."""
 
@@ -93,7 +95,7 @@ class Options:
         return "accel_convert.runtime" if self.target == "runtime" else "accelerate"
 
 
-@dataclass
+@record()
 class ConversionOutcome:
     """What converting one module produced."""
 

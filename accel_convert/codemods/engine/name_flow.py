@@ -36,12 +36,13 @@ import builtins
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 from operator import attrgetter
 from typing import Any
 
 from accel_convert.codemods.engine.chosen_names import next_reads_after_chains, statements_in_order
+from accel_convert.records import record
 
 #: Names every module can read without binding them.
 ALWAYS_BOUND = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__"}
@@ -123,7 +124,7 @@ def _walk_statements(tree: ast.AST) -> Iterator[ast.AST]:
 _STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class NameFlowProblem:
     """One read the converted program may make before the name is bound, or one call that does
     not pass a parameter the conversion added. ``line``/``column`` are in the converted module
@@ -576,7 +577,7 @@ def _run_at_definition(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassD
     ]
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _Function:
     """A function of the module and what its body reads of the module's names when it runs."""
 
@@ -930,7 +931,7 @@ def _pattern_captures(pattern: ast.pattern) -> set[str]:
     return captured | {n.rest for n in _walk_ast(pattern) if isinstance(n, ast.MatchMapping) and n.rest}
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _Method:
     """What one method does with ``self``'s attributes."""
 
@@ -1067,7 +1068,7 @@ def _class_members(node: ast.ClassDef) -> set[str]:
 # --- calls without a new argument -----------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class _Signature:
     """A function's parameters as its calls must pass them."""
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 import libcst as cst
 
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.records import record
 
 #: Enclosing ``def``/``class`` names, outermost first; ``()`` is the module.
 ScopeKey = tuple[str, ...]
@@ -38,7 +39,7 @@ BUILTIN_NAMES = frozenset(dir(builtins)) | {"exit", "quit", "help", "copyright",
 ScopeKind = Literal["module", "class", "function"]
 
 
-@dataclass
+@record()
 class Scope:
     """The names one scope binds: imports (name → qualified name) and names bound otherwise."""
 
@@ -77,7 +78,7 @@ class Scope:
         return name not in self.outer_names and (name in self.imports or name in self.shadowed)
 
 
-@dataclass
+@record()
 class NameTable:
     """Every scope of a module and what it binds; answers qualified-name questions."""
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 import libcst as cst
@@ -82,12 +82,13 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.model.locality import locality_of
+from accel_convert.records import record
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
 MAX_ROUNDS = 6
 
 
-@dataclass
+@record()
 class ProgramModule:
     """One module of a program: its dotted name (``engine``, ``mylib.utils``; a package's
     ``__init__.py`` is ``mylib``), its tree, and the text or bytes it was parsed from."""

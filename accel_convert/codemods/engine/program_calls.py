@@ -4,8 +4,6 @@ another module's classes with what is handed to them (:class:`InstanceCalls`).""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import construction, held_name, is_gpu_index
@@ -16,9 +14,10 @@ from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import constant_item, dotted, parameter_filled, takes_every_argument
 from accel_convert.codemods.engine.torch_names import WORKER_CALLBACKS
 from accel_convert.codemods.model.file_flow import file_logger_class
+from accel_convert.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CrossCall:
     """A call from one module to a module-level function of another."""
 

@@ -6,7 +6,7 @@ they fill (:class:`Received`), and everything learnt, turned into each module's 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from accel_convert.codemods.engine.devices import written_parts
 from accel_convert.codemods.engine.facts import ScriptFacts
@@ -20,6 +20,7 @@ from accel_convert.codemods.engine.program_calls import (
 )
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds
 from accel_convert.codemods.engine.program_shapes import ModuleShape, function_at
+from accel_convert.records import record
 
 
 def imported_gpu_indices(facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
@@ -69,7 +70,7 @@ def prepared_by_entry(facts: ScriptFacts, shape: ModuleShape) -> set[str]:
 _ROLES_PASSED: tuple[tuple[str, str], ...] = (*((role, role) for role in ROLES), ("eval_loaders", "train_loaders"))
 
 
-@dataclass
+@record()
 class Received:
     """What modules receive from the rest of the program in one round: module → role → names
     of parameters and attributes, and module → the names that arrive prepared."""
@@ -170,7 +171,7 @@ class Received:
                 self.prepared[name] |= _attributes_of_self(facts[owner].prepared_attributes)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Learnt:
     """What one round of analysis learnt about each module from the others (see :class:`ProgramSeeds`)."""
 

@@ -19,13 +19,13 @@ The providers of :mod:`codemods.model.program` (and ``library_home`` in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from accel_convert.records import record
 
 #: The role sets a parameter can be seeded into: the ScriptFacts fields of the same name.
 ROLES = ("models", "optimizers", "train_loaders", "schedulers", "device_names", "cuda_flags")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProgramSeeds:
     """Names one module learns from the rest of its program (every field a plain name or a
     qualified name, never a node)."""

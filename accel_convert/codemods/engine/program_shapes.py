@@ -6,7 +6,7 @@ parameter."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import libcst as cst
 
@@ -14,9 +14,10 @@ from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.local_imports import absolute_module
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, parameter_names
+from accel_convert.records import record
 
 
-@dataclass
+@record()
 class ModuleShape:
     """What one module looks like, read once (syntax only)."""
 

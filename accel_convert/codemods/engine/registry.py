@@ -23,12 +23,12 @@ import importlib
 import inspect
 import pkgutil
 import re
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.model.provider import RuleProvider
+from accel_convert.records import record
 
 #: Module names under ``codemods/rewrites/``, in run order.
 REWRITE_MODULES: tuple[str, ...] = (
@@ -71,7 +71,7 @@ REWRITE_MODULES: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CodeDoc:
     """One code's documentation, as ``--list-codes``, ``--help``, the README and docs/codes/ show it."""
 

@@ -21,13 +21,13 @@ talks to the terminal. Facts shared between rules are names (see
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from accel_convert.codemods.model.provider import RuleProvider
@@ -68,7 +68,7 @@ class _Script:
         example.__dict__.pop(self.read, None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Example:
     """A complete script before conversion and what converting it gives: the whole converted
     script (for an automatic rewrite), or the exact message reported while the reported spot is

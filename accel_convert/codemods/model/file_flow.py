@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -59,13 +58,14 @@ from accel_convert.codemods.model.locality import collects, counter_step, names_
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import AssignRecord, CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis, PerRankLoop
+from accel_convert.records import record
 
 _EMPTY = cst.Module([])
 #: The part of a path pattern that may be anything (a character no path holds).
 ANY = "\x00"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class FileFlow:
     """(write line, read function, read line): a read that may open, later in the run, the file
     the write on that (original) line wrote."""
@@ -85,7 +85,7 @@ class FileFlow:
         return frozenset((function, line) for written, function, line in self.pairs if written == write_line)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class _Access:
     """A path a function opens, and on which line."""
 

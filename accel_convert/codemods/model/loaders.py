@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import libcst as cst
 
@@ -34,6 +33,7 @@ from accel_convert.codemods.model.recorder import (
     LoopRecord,
 )
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.records import record
 
 
 @provider(provides=("loader_classes",))
@@ -755,7 +755,7 @@ def counts_loader_batches(
     return reads_length or bool(variables_read(value) & set(counts))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DatasetSizes:
     """What a batch count computed from a data set's size reads (``epoch_size = len(dataset) //
     args.batch_size``, ssd.pytorch; ``round(dataset_sizes["train"] / opt.batchsize)``, re-ID's

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import cast
 
@@ -80,6 +80,7 @@ from accel_convert.codemods.model.recorder import (
     IfRecord,
 )
 from accel_convert.codemods.model.state import Analysis, PerRankLoop
+from accel_convert.records import record
 
 
 def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
@@ -614,7 +615,7 @@ def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
     return None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class PerBatchValues:
     """What a loop over a loader's batches counts and keeps once per batch (see
     :func:`per_batch_values`): over this process's shard, its batches only."""
@@ -735,10 +736,10 @@ def _spread_from(a: Analysis, sums: dict[str, set[str]]) -> None:
         changed = False
         returning = {function for function, names in returns if names & sums.get(function, set())}
         methods = {scope for scope, names in method_returns if names & sums.get(scope[0], set())}
-        for record in records:
-            own = sums.setdefault(record.function, set())
-            if not set(record.targets) <= own and _follows_from(record, own, returning, methods):
-                own.update(record.targets)
+        for assign in records:
+            own = sums.setdefault(assign.function, set())
+            if not set(assign.targets) <= own and _follows_from(assign, own, returning, methods):
+                own.update(assign.targets)
                 changed = True
         for function, fed, names in feeds:
             own = sums.setdefault(function, set())
@@ -1120,7 +1121,7 @@ RANK_NAMES = frozenset(
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class Locality:
     """What differs between the processes of one module, and where: the one answer rules read
     (``facts.of(locality)``)."""
@@ -1265,7 +1266,7 @@ def locality(a: Analysis) -> Locality:
     )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class _CallReach:
     """What the walk of :class:`_CallsWhereRanksDiffer` found (see :class:`Locality`)."""
 

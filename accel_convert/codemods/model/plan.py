@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -75,6 +75,7 @@ from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import nested_function, pairwise
 from accel_convert.codemods.model.provider import provider
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet
@@ -93,7 +94,7 @@ PREPARE_METHODS = frozenset(
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class ConversionPlan:
     """Where the accelerator is created, what is prepared where, and where training starts."""
 
@@ -418,7 +419,7 @@ class ConversionPlan:
         )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class Placement:
     """The plan's answers read off the original statements (the analysis has them; facts built by
     hand do not): see the ``ConversionPlan`` fields of the same names."""
@@ -870,7 +871,7 @@ def _model_bindings(a: Analysis) -> tuple[dict[str, set[str]], dict[str, set[str
     return built, other
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class _Reading:
     """What :class:`_Handing` knows while it reads one home block's statements in order."""
 
@@ -1753,7 +1754,7 @@ def plan_of(facts: ScriptFacts) -> ConversionPlan:
 # The recognisers: one statement of the tree a rewrite is given.
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class AcceleratorCreation:
     """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
     and the parameters of the function holding it."""

@@ -37,8 +37,9 @@ itself (the one walk is what keeps the analysis fast).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
+
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from accel_convert.codemods.model.state import Analysis
@@ -94,7 +95,7 @@ class ProviderOrderError(ValueError):
     """A provider needs (or refines) a fact that no earlier provider provides, or two provide one."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Provider:
     """One step of the model: ``run`` fills ``provides`` (and adds to ``refines``) from ``needs``."""
 
@@ -119,7 +120,7 @@ def provider(
     return declare
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuleProvider(Generic[Result]):
     """The facts one rule alone reads: ``compute`` returns them (frozen) from ``needs``; the
     runner keeps the result under ``name`` for ``facts.of(provider)``."""

@@ -30,9 +30,10 @@ from accel_convert.codemods.engine.torch_names import (
     GRAD_SWITCHES,
     NO_GRAD_CONTEXTS,
 )
+from accel_convert.records import record
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class LoopRecord:
     """A ``for`` loop of the walk: its function, what it iterates and binds, what runs in it."""
 
@@ -65,7 +66,7 @@ class LoopRecord:
     enclosing: tuple[cst.CSTNode, ...] = ()
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class WhileRecord:
     """A ``while`` loop, for the ``break`` statements that leave it (``while True: ...; if loss <
     1e-3: break``)."""
@@ -94,7 +95,7 @@ class Mentions:
     parameter_receivers: set[str] = field(default_factory=set)
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class IfRecord:
     """An ``if`` statement of the walk: the loop around it, what its test reads, what its body does."""
 
@@ -142,7 +143,7 @@ class AssignRecord:
         return self.mentions.names
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class AugAssignRecord:
     """``total += loss.item()``, ``bad_epochs += 1``: where per-process sums and counters grow."""
 
@@ -155,7 +156,7 @@ class AugAssignRecord:
     function: str = MODULE
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class ClassRecord:
     """A module-level class: what converting training code held in it needs to know."""
 
@@ -396,8 +397,8 @@ class Recorder(NameCollector):
         self.assigns_and_ifs.append(self.assigns[-1])
         if self._main_guard_depth:
             self.main_guard_assigns.update(targets)
-        for record in self._if_bodies:
-            record.body_assigns.update(targets)
+        for if_record in self._if_bodies:
+            if_record.body_assigns.update(targets)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         super().visit_AugAssign(node)

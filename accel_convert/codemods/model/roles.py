@@ -4,7 +4,6 @@ parameters that receive it."""
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 
 import libcst as cst
 
@@ -39,6 +38,7 @@ from accel_convert.codemods.model.recorder import (
     AssignRecord,
 )
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.records import record
 
 
 class _ParameterReceivers(cst.CSTVisitor):
@@ -330,7 +330,7 @@ def _holds_a_batch(a: Analysis, value: cst.BaseExpression, batches: AbstractSet[
 _PARAMETERS_PASSED: frozenset[str] = frozenset({"<the receivers of .parameters()>"})
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class _OptimizerBuilders:
     """What builds an optimizer in this file besides the name tables' constructors."""
 

@@ -9,7 +9,6 @@ Providers (:mod:`codemods.model.provider`) read and fill it in the order
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -17,6 +16,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import FactsDraft, RunContext
 from accel_convert.codemods.engine.findings import FILE_START
 from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.records import record
 
 if TYPE_CHECKING:
     from accel_convert.codemods.engine.model import Site
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from accel_convert.codemods.model.recorder import CallRecord, LoopRecord, Recorder
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerRankLoop:
     """An evaluation loop whose processes each run their own batches and write their files under
     the names the original gives them (see :func:`codemods.model.file_flow.per_batch_file_loaders`)."""

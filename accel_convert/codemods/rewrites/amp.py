@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -53,6 +52,7 @@ from accel_convert.codemods.engine.walk import StatementFilter, identifiers, wal
 from accel_convert.codemods.model.plan import AcceleratorCreation, find_creation
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.records import record
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -62,7 +62,7 @@ SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
 _AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class MixedPrecision:
     """What the rule would otherwise survey the whole module for."""
 

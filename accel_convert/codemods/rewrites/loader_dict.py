@@ -31,7 +31,6 @@ are still prepared.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -58,6 +57,7 @@ from accel_convert.codemods.model.locality import adds_up, collects, grown_in, m
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by, prepared_loader_dicts
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.records import record
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -73,7 +73,7 @@ NOT_GATHERED_MESSAGE = (
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class PassedNames:
     """What the methods of the file's classes receive: for a method's parameter, or an attribute
     a class binds from one (``self.criterion = criterion``), keyed by the class as the analysis

@@ -17,7 +17,7 @@ Experiment()``, whose class builds the loaders with their batch size: nothing to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypeGuard, cast
 
 import libcst as cst
@@ -54,6 +54,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
 from accel_convert.codemods.model.plan import creation_index, plan_of, prepared_by, prepares_here
+from accel_convert.records import record
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = RETRIED_TRAINING_FUNCTION
@@ -409,7 +410,7 @@ class OomRetryCodemod(Rule):
 # ---- where the training code is -----------------------------------------------------------
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _Region:
     """The training code the out-of-memory retry wraps: the body and statements around the prepare line."""
 

@@ -27,7 +27,7 @@ it positionally too).
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import libcst as cst
 
@@ -48,13 +48,14 @@ from accel_convert.codemods.engine.signatures import (
 from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
+from accel_convert.records import record
 
 #: Where the accelerator, once created, is a global of the module (created in module code or in
 #: the ``__main__`` block), which the module's functions read without a parameter.
 MODULE_GLOBAL_HOMES = frozenset({"module", "main_guard"})
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _Function:
     """A module-level function: its parameters, where an accelerator parameter goes, whom it calls."""
 

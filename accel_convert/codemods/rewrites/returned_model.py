@@ -30,7 +30,7 @@ the unwrapped model). Those saves stay reported (ACC914).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import cast
 
 import libcst as cst
@@ -41,12 +41,13 @@ from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.syntax import bound_by, calls_in, dotted, is_main_guard, names_in, nodes_in
 from accel_convert.codemods.model.plan import prepare_call, prepared_arguments
+from accel_convert.records import record
 
 #: Calls on the returned model that mean it is still trained where it arrives.
 TRAINING_CALLS = frozenset({"backward", "step"})
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class ReturnedModel:
     """What the pass changes: the creating function's returns, and the caller's saves."""
 

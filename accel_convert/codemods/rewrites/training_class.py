@@ -27,7 +27,7 @@ there in a way no such line can follow (a model chosen by a conditional expressi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -55,13 +55,14 @@ from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.records import record
 
 BUILT_OUTSIDE_INIT = "ACC920"
 
 NodeWithValue = TypeVar("NodeWithValue", cst.Attribute, cst.Arg)
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _ClassPlan:
     """What one training class needs, found before the rewrite."""
 
@@ -116,7 +117,7 @@ class _AcceleratorUses(cst.CSTVisitor):
             self.variable = True
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class MethodUses:
     """What the methods of one training class do with their instance."""
 

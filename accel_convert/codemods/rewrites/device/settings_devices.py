@@ -11,7 +11,6 @@ pass runs on the module the device walk converted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
 import libcst as cst
@@ -27,9 +26,10 @@ from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.device.rebinding import creating_function, rebinding
 from accel_convert.codemods.rewrites.device.state import DEVICE
+from accel_convert.records import record
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class SettingsDevices:
     """Devices chosen in the body of a settings class (``class Config: device = "cuda" if ...``),
     read as ``Config.device`` or ``cfg.device`` (in ``device_names``)."""

@@ -7,7 +7,7 @@ never rewritten."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import libcst as cst
 
@@ -28,6 +28,7 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
 from accel_convert.codemods.model.locality import adds_up, locality_of, per_batch_values
 from accel_convert.codemods.rewrites.metrics.codes import MEAN_OF_BATCHES, SUMMED_BATCH_MEANS
+from accel_convert.records import record
 
 
 def report_means_over_batches(rule: RuleTransformer, scope: Sequence[cst.CSTNode], loops: list[GatheredLoop]) -> None:
@@ -84,7 +85,7 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
             )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class GatheredLoop:
     """An evaluation loop the rule gathered in: its loader and the original loop."""
 
@@ -92,7 +93,7 @@ class GatheredLoop:
     loop: cst.For
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _BatchCounts:
     """What counts the batches of gathered evaluation loops in one function (or in the
     module-level code): the loaders (``len(loader)``), names holding a count of batches

@@ -7,7 +7,7 @@ batch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import libcst as cst
 
@@ -27,6 +27,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import adds_up, rows_added, run_once_per_batch
 from accel_convert.codemods.rewrites.metrics.nodes import contains
+from accel_convert.records import record
 
 
 def stored_by_batch_index(statements: Sequence[cst.CSTNode], index: str | None, gathered: set[str]) -> str | None:
@@ -77,7 +78,7 @@ def indexed_by_outputs(statements: Sequence[cst.CSTNode], outputs: set[str], gat
     return None
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class Unpacked:
     """What the loop binds from the batch before the forward (see :func:`unpacked_from`)."""
 

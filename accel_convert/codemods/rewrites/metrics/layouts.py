@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import libcst as cst
 
@@ -33,6 +33,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, walk
 from accel_convert.codemods.rewrites.metrics.forward import is_model_call
+from accel_convert.records import record
 
 
 class _CallsOnLines(StatementFilter):
@@ -52,7 +53,7 @@ class _CallsOnLines(StatementFilter):
         self.calls.append(node)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class SequenceLayouts:
     """What says the evaluation tensors are ``(sequence, batch, ...)``: model names → why, and
     the reason the file's batches are padded sequence-first (None: they are not)."""

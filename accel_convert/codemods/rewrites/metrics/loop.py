@@ -6,7 +6,6 @@ one holds the order of the decisions and the reports that stop a gather."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -90,13 +89,14 @@ from accel_convert.codemods.rewrites.metrics.plan import (
     plan_gather,
 )
 from accel_convert.codemods.rewrites.metrics.torchmetrics import GatheredUpdates, TorchMetrics
+from accel_convert.records import record
 
 #: A Python value made from the batch, computed again after the gather: (its name, the value,
 #: the batch tensors it reads).
 Recomputed = tuple[str, cst.BaseExpression, set[str]]
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _LoopGather:
     """What one evaluation loop gathers, once every reason to leave it alone is ruled out."""
 
@@ -111,7 +111,7 @@ class _LoopGather:
     object_lists: list[str]
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class _KeptLists:
     """An evaluation loop whose outputs cannot be gathered after its forward, and whose results are
     lists it keeps per sample (see :func:`.object_lists.lists_gathered_after`): it runs over each

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import cast
 
 import libcst as cst
@@ -22,6 +22,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, TargetedTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.records import record
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
@@ -31,7 +32,7 @@ BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
 RESHAPE_METHODS = frozenset({"view", "reshape"})
 
 
-@dataclass(eq=False, repr=False)
+@record(eq=False, repr=False)
 class GatherPlan:
     """What an evaluation loop gathers from every process, and the names the gathered values take."""
 

@@ -6,7 +6,7 @@ states once more, and which cannot safely be given the keyword, is reported."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import libcst as cst
 
@@ -23,12 +23,13 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes
 from accel_convert.codemods.rewrites.metrics.codes import GATHERED, SYNCED_TWICE
 from accel_convert.codemods.rewrites.metrics.plan import GatherPlan
+from accel_convert.records import record
 
 #: Methods of a torchmetrics metric that add a batch to its state.
 _METRIC_UPDATES = frozenset({"update", "forward"})
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class TorchMetrics:
     """The torchmetrics metrics the file builds: name → original positions of the constructor
     calls to give ``sync_on_compute=False`` (empty: none can be given it safely), and name →
