@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import field
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import cast
 
@@ -369,8 +369,8 @@ def _downloading_methods(a: Analysis, calling: Sequence[CallRecord]) -> set[str]
     grown = True
     while grown:
         grown = False
-        for name, record in a.r.classes.items():
-            for method, called in record.method_calls.items():
+        for name, held in a.r.classes.items():
+            for method, called in held.method_calls.items():
                 key = f"{name}.{method}"
                 if key not in found and any(f"{name}.{other}" in found for other in called):
                     found.add(key)
