@@ -75,10 +75,10 @@ from accel_convert.codemods.model.calls import constructor_method, instance_clas
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
-    LoopRecord,
     AugAssignRecord,
     CallRecord,
     IfRecord,
+    LoopRecord,
 )
 from accel_convert.codemods.model.state import Analysis, PerRankLoop
 
@@ -467,14 +467,13 @@ def deciding_evaluations(a: Analysis) -> None:
         or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in a.loader_factories)
         for target in assign.targets
     }
-    loops = {id(loop): origins for loop, origins in a.loader_loops}
+    over_loaders = {id(loop) for loop, _ in a.loader_loops}
     kept: set[str] = set()
     for loop in _ungathered_loops(a):
-        origins = loops.get(id(loop), set())
-        if not origins & facts.eval_loaders or origins & facts.train_loaders or loop.iterated is None:
+        if id(loop) not in over_loaders or loop.iterated is None:
             continue
         own = {name for function, name in a.origin_sites(loop.function, loop.iterated) if (function, name) in built}
-        if own and _decides_shared_work(a, _grown_in(a, [loop])):
+        if own & facts.eval_loaders and not own & facts.train_loaders and _decides_shared_work(a, _grown_in(a, [loop])):
             kept |= own
             facts.unsharded_loops.add(a.site(loop.node).line)
     if not kept:
