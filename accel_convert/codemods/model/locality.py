@@ -460,13 +460,7 @@ def deciding_evaluations(a: Analysis) -> None:
     facts = a.facts
     # By the function binding them: ``eval(dataloader, ...)``'s parameter is not ``train()``'s
     # ``dataloader`` (simple-faster-rcnn-pytorch names both so).
-    built = {
-        (assign.function, target)
-        for assign in a.r.assigns
-        if a.constructs_loader(assign.value, assign.scope)
-        or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in a.loader_factories)
-        for target in assign.targets
-    }
+    built = a.loader_bindings()
     over_loaders = {id(loop) for loop, _ in a.loader_loops}
     kept: set[str] = set()
     for loop in _ungathered_loops(a):

@@ -170,8 +170,14 @@ class Analysis:
     def loaders_built_here(self) -> set[str]:
         """Names this module binds to a DataLoader it constructs, directly or through one of its
         own loader factories."""
+        return {name for _, name in self.loader_bindings()}
+
+    def loader_bindings(self) -> set[tuple[str, str]]:
+        """(function, name) of each binding of :meth:`loaders_built_here`: a parameter of another
+        function named alike (``eval(dataloader, ...)`` beside ``train()``'s ``dataloader``) is
+        not it."""
         return {
-            target
+            (assign.function, target)
             for assign in self.r.assigns
             if self.constructs_loader(assign.value, assign.scope)
             or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in self.loader_factories)
