@@ -429,6 +429,8 @@ def _grown_in(a: Analysis, loops: Sequence[LoopRecord]) -> dict[str, set[str]]:
         "train_loaders",
         "loader_loops",
         "loader_factories",
+        "loader_classes",
+        "arguments",
         "models",
         "frozen_models",
         "existing_accelerator",
