@@ -773,7 +773,7 @@ def per_batch_file_loaders(a: Analysis) -> None:
     ``unsharded_parameters``): not gathered. A loader another module hands in without saying so
     is prepared there: left as it is (gathered, and the write reported)."""
     kept: set[str] = set()
-    built = _loaders_built_here(a)
+    built = a.loaders_built_here()
     writing = list(_per_batch_writing_loops(a))
     for loop, origins, _ in writing:
         if origins & built and not origins & a.facts.train_loaders:
@@ -1027,7 +1027,7 @@ def statistics_loaders(a: Analysis) -> None:
         return
     if seeds is not None and (seeds.library or any(names for _, names in seeds.parameter_roles)):
         return
-    built = _loaders_built_here(a)
+    built = a.loaders_built_here()
     read = {name for _, origins in a.loader_loops if origins & built for name in origins}
     a.unsharded_loaders |= read
     facts.unprepared_loaders = read
@@ -1067,18 +1067,6 @@ def _per_batch_writing_loops(a: Analysis) -> Iterator[tuple[LoopRecord, set[str]
         calls = _per_batch_writes(a, loop, counters, writing) if counters else []
         if calls:
             yield loop, origins, calls
-
-
-def _loaders_built_here(a: Analysis) -> set[str]:
-    """Names this module binds to a DataLoader it constructs, directly or through one of its own
-    loader factories."""
-    return {
-        target
-        for assign in a.r.assigns
-        if a.constructs_loader(assign.value, assign.scope)
-        or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in a.loader_factories)
-        for target in assign.targets
-    }
 
 
 def _per_batch_writes(

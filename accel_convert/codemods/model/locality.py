@@ -78,6 +78,7 @@ from accel_convert.codemods.model.recorder import (
     AugAssignRecord,
     CallRecord,
     IfRecord,
+    LoopRecord,
 )
 from accel_convert.codemods.model.state import Analysis, PerRankLoop
 from accel_convert.records import record
@@ -391,6 +392,7 @@ def _downloading_methods(a: Analysis, calling: Sequence[CallRecord]) -> set[str]
         "loop_backward",
         "loop_calls",
         "existing_accelerator",
+        "unsharded_loops",
     ),
     provides=("rank_dependent_breaks", "agreeable_breaks", "rank_dependent_schedule_steps", "per_process_sums"),
 )
@@ -490,11 +492,18 @@ def _sums_grown_ungathered(a: Analysis) -> dict[str, set[str]]:
     nothing gathers (``accelerator.gather_for_metrics``, in a script converted already): its
     forward runs out of sight (``faster_rcnn.predict(imgs, sizes)``, a model handed to a helper,
     models from a list), so nothing gathers what it counts (the metrics rule reports it:
-    ACC944, ACC945) and each process holds its own shard's. By function."""
+    ACC944, ACC945) and each process holds its own shard's. By function. A loop over every batch
+    on every process (``unsharded_loops``, :func:`deciding_evaluations`) grows the same on all."""
+    unsharded = a.facts.unsharded_loops
+    return _grown_in(a, [loop for loop in _ungathered_loops(a) if a.site(loop.node).line not in unsharded])
+
+
+def _ungathered_loops(a: Analysis) -> list[LoopRecord]:
+    """The evaluation loops over a loader in which no known model is called and nothing gathers
+    (see :func:`_sums_grown_ungathered`)."""
     facts = a.facts
-    evaluations = {site for site in (record.site for record in facts.eval_loops)}
+    evaluations = {record.site for record in facts.eval_loops}
     models = facts.models | facts.frozen_models
-    loops = {id(loop) for loop in a.r.loops if a.site(loop.node) in evaluations}
     # A loop calling a known model (the metrics rule gathers its outputs), or gathering already.
     gathered = {
         id(loop)
@@ -503,23 +512,104 @@ def _sums_grown_ungathered(a: Analysis) -> dict[str, set[str]]:
         or (isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in AGREEING_CALLS)
         for loop in call.loops
     }
-    ungathered = loops - gathered
+    return [loop for loop in a.r.loops if a.site(loop.node) in evaluations and id(loop) not in gathered]
+
+
+def _grown_in(a: Analysis, loops: Sequence[LoopRecord]) -> dict[str, set[str]]:
+    """What ``loops`` grow (a sum, a list), by function."""
+    ids = {id(loop) for loop in loops}
     sums: dict[str, set[str]] = {}
-    if not ungathered:
+    if not ids:
         return sums
     for aug in a.r.aug_assigns:
-        if any(id(loop) in ungathered for loop in aug.loops):
+        if any(id(loop) in ids for loop in aug.loops):
             sums.setdefault(aug.function, set()).update(aug.targets)
     for call in a.r.calls:
         func = call.node.func
         if (
-            any(id(loop) in ungathered for loop in call.loops)
+            any(id(loop) in ids for loop in call.loops)
             and isinstance(func, cst.Attribute)
             and func.attr.value in LIST_GROWING_METHODS
             and (owner := dotted(func.value)) is not None
         ):
             sums.setdefault(call.function, set()).add(owner)
     return sums
+
+
+@provider(
+    needs=(
+        "eval_loops",
+        "eval_loaders",
+        "train_loaders",
+        "loader_loops",
+        "loader_factories",
+        "loader_classes",
+        "arguments",
+        "models",
+        "frozen_models",
+        "existing_accelerator",
+        "unsharded_loops",
+    ),
+    refines=("unsharded_loaders", "eval_loaders", "loaders_left_unsharded", "unsharded_loops"),
+)
+def deciding_evaluations(a: Analysis) -> None:
+    """An evaluation whose outputs cannot be gathered (:func:`_ungathered_loops`: faster-rcnn's
+    ``eval()``, its model running inside ``faster_rcnn.predict``, variable-size detections per
+    image scored once at the end) and whose result decides work the processes share runs over
+    every batch on every process: its loader, built in this module and iterated by no training
+    loop, stays unprepared (``unsharded_loaders``, no longer an evaluation loader to prepare;
+    ``loaders_left_unsharded`` for the functions of other modules it is handed to), and the loop
+    is one of the ``unsharded_loops`` (nothing gathered, nothing reported there). Every process
+    then computes the whole set's result, the one the original computes, and takes the same
+    branches with it.
+
+    Its result decides shared work where what the loop grows, or anything computed from it or
+    decided by it (:func:`_spread_from`: ``eval_result = eval(...)``, ``best_map``, the path
+    ``trainer.save(best_map=best_map)`` returns), is read by the test of an ``if`` whose body
+    calls anything but ``print`` (``if eval_result['map'] > best_map: best_path =
+    trainer.save(...)``: a save on the main process, a collective, a path the others read), or
+    names a file a process reads (``torch.load(best_path)``, ``open(path)``). Sharded, each
+    process would take that branch on its own shard's result, or name a file only it computed:
+    rank 0 saves ``fasterrcnn_TIME_0.714`` and rank 1 loads ``fasterrcnn_TIME_0.702``, which
+    does not exist. An evaluation whose result is only printed stays sharded and reported
+    (ACC944). The price is the evaluation's speed-up, for that loop only."""
+    facts = a.facts
+    # By the function binding them: ``eval(dataloader, ...)``'s parameter is not ``train()``'s
+    # ``dataloader`` (simple-faster-rcnn-pytorch names both so).
+    built = a.loader_bindings()
+    over_loaders = {id(loop) for loop, _ in a.loader_loops}
+    kept: set[str] = set()
+    for loop in _ungathered_loops(a):
+        if id(loop) not in over_loaders or loop.iterated is None:
+            continue
+        own = {name for function, name in a.origin_sites(loop.function, loop.iterated) if (function, name) in built}
+        if own & facts.eval_loaders and not own & facts.train_loaders and _decides_shared_work(a, _grown_in(a, [loop])):
+            kept |= own
+            facts.unsharded_loops.add(a.site(loop.node).line)
+    if not kept:
+        return
+    a.unsharded_loaders |= kept
+    facts.eval_loaders = set(facts.eval_loaders) - kept
+    facts.loaders_left_unsharded |= kept
+
+
+def _decides_shared_work(a: Analysis, grown: dict[str, set[str]]) -> bool:
+    """Whether what an evaluation grows (by function), or what follows from it, decides an
+    ``if`` whose body calls anything but ``print``, or names a file read (see
+    :func:`deciding_evaluations`)."""
+    if not grown:
+        return False
+    _spread_from(a, grown)
+    for call in a.r.calls:
+        values = grown.get(call.function, set())
+        if not values:
+            continue
+        builtin = a.r.names.builtin(call.node.func, call.scope)
+        decided = builtin != "print" and any(branch.test.names & values for branch in call.ifs)
+        reads = builtin == "open" or a.qualified(call) in CHECKPOINT_READS
+        if decided or (reads and any(names_in(arg.value) & values for arg in call.node.args)):
+            return True
+    return False
 
 
 def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpression | None:

@@ -85,6 +85,7 @@ PROVIDERS: tuple[Provider, ...] = (
     file_flow.per_batch_file_loaders,
     file_flow.statistics_loaders,
     loaders.joined_rows_loaders,
+    locality.deciding_evaluations,
     models.models_trained_by_hand,
     roles.per_epoch_schedulers,
     file_flow.kept_handles,

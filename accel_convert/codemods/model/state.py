@@ -167,6 +167,23 @@ class Analysis:
     def constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
         return isinstance(value, cst.Call) and self.facts.builds_data_loader(value.func, scope, strict=False)
 
+    def loaders_built_here(self) -> set[str]:
+        """Names this module binds to a DataLoader it constructs, directly or through one of its
+        own loader factories."""
+        return {name for _, name in self.loader_bindings()}
+
+    def loader_bindings(self) -> set[tuple[str, str]]:
+        """(function, name) of each binding of :meth:`loaders_built_here`: a parameter of another
+        function named alike (``eval(dataloader, ...)`` beside ``train()``'s ``dataloader``) is
+        not it."""
+        return {
+            (assign.function, target)
+            for assign in self.r.assigns
+            if self.constructs_loader(assign.value, assign.scope)
+            or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in self.loader_factories)
+            for target in assign.targets
+        }
+
     def initialising_class(self, name: str) -> str:
         """The class of this file whose ``__init__`` constructing ``name`` runs: ``name`` itself,
         or, when it defines none, the first of its bases here that does (single inheritance only:

@@ -103,7 +103,9 @@ A batch-mean loss added up per batch is reported (ACC942): after the gather each
 batch of every process, so the sum shrinks with the process count.
 
 A model run inside another call (a generate or decode helper) is reported (ACC944): its output is
-not gathered, and decoded lengths may differ between processes.
+not gathered, and decoded lengths may differ between processes. Where the evaluation's result
+decides work the processes share (a save under ``if score > best:``, a path every process reads),
+the locality owner keeps its loader unprepared instead: every process evaluates every batch.
 
 Outputs stored at positions computed from the batch index (``preds[i * bs:(i + 1) * bs] = ...``)
 are reported (ACC947): a gathered step holds one batch of every process, more rows than the slice;
