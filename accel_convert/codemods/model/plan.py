@@ -53,7 +53,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.chosen_names import next_read
-from accel_convert.codemods.engine.devices import constructed, is_move, peel_moves
+from accel_convert.codemods.engine.devices import constructed, data_parallel_wrapped, is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
 from accel_convert.codemods.engine.loader_values import holds_loaders
@@ -71,7 +71,7 @@ from accel_convert.codemods.engine.syntax import (
     parameters_filled,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, DATA_PARALLEL, is_model_constructor
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import nested_function, pairwise
 from accel_convert.codemods.model.provider import provider
@@ -825,7 +825,7 @@ def _model_bindings(a: Analysis) -> tuple[dict[str, set[str]], dict[str, set[str
         models = set(assign.targets) & a.facts.models
         if not models or len(assign.scope) not in (1, 2):
             continue
-        built_value = _unwrapped(constructed(assign.value), a.facts)
+        built_value = data_parallel_wrapped(constructed(assign.value), a.facts)
         if len(assign.targets) == 1 and isinstance(built_value, cst.Name) and built_value.value == assign.targets[0]:
             continue
         fresh = (
@@ -1518,19 +1518,12 @@ def _moved_in(name: str, statements: Sequence[cst.BaseStatement], facts: FactsDr
     return any(
         isinstance(inner, cst.Call)
         and (
-            (is_move(inner) and dotted(_unwrapped(peel_moves(inner), facts)) == name)
+            (is_move(inner) and dotted(data_parallel_wrapped(peel_moves(inner), facts)) == name)
             or (is_any_prepare(inner) and name in prepared_arguments(inner))
         )
         for node in statements
         for inner in nodes_in(node)
     )
-
-
-def _unwrapped(value: cst.BaseExpression, facts: FactsDraft | ScriptFacts) -> cst.BaseExpression:
-    """The module an ``nn.DataParallel(module)`` call wraps; any other ``value`` as it is."""
-    if isinstance(value, cst.Call) and facts.callee_name(value.func) in DATA_PARALLEL and value.args:
-        return value.args[0].value
-    return value
 
 
 def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:

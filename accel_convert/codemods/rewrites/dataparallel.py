@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import callee_words, unwrap_model
-from accel_convert.codemods.engine.devices import names_device, peel_moves
+from accel_convert.codemods.engine.devices import data_parallel_wrapped, names_device, peel_moves
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -209,8 +209,8 @@ class _DataParallelRemover(RuleTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.facts.callee_name(updated_node.func) not in DATA_PARALLEL:
             return self._loaded_without_prefix(original_node, updated_node)
-        wrapped = _wrapped_module(updated_node)
-        if wrapped is None:
+        wrapped = data_parallel_wrapped(updated_node, self.facts)
+        if wrapped is updated_node:
             return updated_node
         self.findings.add(
             original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True
@@ -343,10 +343,3 @@ class _DataParallelMention(cst.CSTVisitor):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
-
-
-def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is None or arg.keyword.value == "module":
-            return arg.value
-    return None
