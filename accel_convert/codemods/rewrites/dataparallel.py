@@ -6,7 +6,9 @@ replaces DataParallel's threads, so the wrapping line goes (an ``if`` left empty
 ``accelerator.unwrap_model(model)``. A state dict loaded into the model once it was wrapped has
 the wrapper's keys (``module.conv1.weight``: a checkpoint the original saved, or one a project
 publishes): the model, no longer wrapped, loads it with that prefix taken off its keys (a dict
-without it loads as before). Scripts that already run their own DistributedDataParallel,
+without it loads as before). A part wrapped alone (``model.features = nn.DataParallel(model.features)``)
+has the wrapper's ``module.`` after its name (``features.module.0.weight``): a load into the model
+takes that segment out. Saves write the unwrapped model's keys either way. Scripts that already run their own DistributedDataParallel,
 ``mp.spawn`` or ``DistributedSampler`` are reported (ACC903) and left as they are.
 """
 
@@ -220,20 +222,32 @@ class _DataParallelRemover(RuleTransformer):
 
     def _loaded_without_prefix(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``model.load_state_dict(checkpoint["state_dict"])`` where ``model`` was wrapped above:
-        the dict has the wrapper's keys, so its ``module.`` prefix comes off."""
+        the dict has the wrapper's keys, so its ``module.`` prefix comes off. Where a part of it
+        was wrapped (``model.features = nn.DataParallel(model.features)``), its keys have the
+        wrapper's segment after the part's name (``features.module.0.weight``), which comes out."""
         func = updated_node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and updated_node.args):
             return updated_node
         model = dotted(func.value)
         first = updated_node.args[0]
-        if model is None or (self.function, model) not in self._wrapped or first.keyword is not None or first.star:
+        if model is None or first.keyword is not None or first.star:
             return updated_node
+        whole = (self.function, model) in self._wrapped
+        parts = sorted(
+            name.removeprefix(f"{model}.")
+            for function, name in self._wrapped
+            if function == self.function and name.startswith(f"{model}.")
+        )
+        if not whole and not parts:
+            return updated_node
+        wrapped = ", ".join([f"{model}.{part}" for part in parts] + [model] * whole)
         self.report(
             original_node,
             DataParallelCodemod.code,
-            f"{model} is no longer wrapped in DataParallel: the state dict's 'module.' key prefix is taken off",
+            f"{wrapped} no longer wrapped in DataParallel: the state dict's keys lose the wrapper's 'module.'",
         )
-        stripped = cst.parse_expression('{key.removeprefix("module."): value for key, value in STATE.items()}')
+        key = _key_without_wrappers(whole, parts)
+        stripped = cst.parse_expression(f"{{{key}: value for key, value in STATE.items()}}")
         assert isinstance(stripped, cst.DictComp)
         items = cst.Call(func=cst.Attribute(value=as_operand(first.value), attr=cst.Name("items")))
         comprehension = stripped.with_changes(for_in=stripped.for_in.with_changes(iter=items))
@@ -343,3 +357,14 @@ class _DataParallelMention(cst.CSTVisitor):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
+
+
+def _key_without_wrappers(whole: bool, parts: list[str]) -> str:
+    """The key of a state dict saved through the wrappers, as the unwrapped model names it:
+    ``key.removeprefix("module.")`` for the model wrapped whole, and for each wrapped part
+    (``features``) its ``features.module.`` made ``features.`` (a key has at most one of these
+    prefixes: the original wraps the model whole or its parts)."""
+    key = 'key.removeprefix("module.")' if whole else "key"
+    for part in reversed(parts):
+        key = f'key.replace("{part}.module.", "{part}.", 1) if key.startswith("{part}.module.") else {key}'
+    return key
