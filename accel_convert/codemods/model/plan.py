@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.chosen_names import next_read
 from accel_convert.codemods.engine.devices import constructed, data_parallel_wrapped, is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
+from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.positions import python_statements
 from accel_convert.codemods.engine.syntax import (
@@ -63,9 +64,11 @@ from accel_convert.codemods.engine.syntax import (
     body_statements,
     branch_blocks,
     class_methods,
+    constant_item,
     defines_method,
     dotted,
     is_main_guard,
+    item_code,
     nodes_in,
     parameter_names,
     parameters_filled,
@@ -1556,21 +1559,44 @@ def _prepared_before_wrapping(
     a: Analysis, statements: Sequence[cst.BaseStatement], lines: Sequence[int], prepared: AbstractSet[str]
 ) -> dict[int, tuple[tuple[str, str], ...]]:
     """See ``ConversionPlan.prepared_before_wrapping``: for one home block's statements, the
-    first wrap of each loader of ``prepared`` (what the block's ``prepare`` takes) before the
-    block's training starts. The accelerator is created above the first statement binding a
-    loader (``created_before_binding``), so above any wrap."""
-    wrappings = _loader_wrappings(a)
+    first wrap of each loader of ``prepared`` (what the block's ``prepare`` takes; an entry of a
+    dict of loaders it takes, ``loaders['DG']``) before the block's training starts, in its
+    branches too (``if opt.DG: ... DGloader_iter = enumerate(dataloaders['DG'])``). The
+    accelerator is created above the first statement binding a loader (``created_before_binding``),
+    so above any wrap."""
     found: dict[int, tuple[tuple[str, str], ...]] = {}
-    seen: set[str] = set()
-    for node in statements[: _training_start(statements, lines, a)]:
+    _first_wraps(a, statements[: _training_start(statements, lines, a)], prepared, _loader_wrappings(a), found, set())
+    return found
+
+
+def _first_wraps(
+    a: Analysis,
+    statements: Sequence[cst.BaseStatement],
+    prepared: AbstractSet[str],
+    wrappings: Mapping[int, tuple[tuple[str, str], ...]],
+    found: dict[int, tuple[tuple[str, str], ...]],
+    seen: set[str],
+) -> None:
+    """:func:`_prepared_before_wrapping` over ``statements``, ``seen`` the loaders wrapped above:
+    each branch of an ``if`` (a ``with``, a ``try``) reads on from what was seen before it."""
+    for node in statements:
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             continue
+        if blocks := branch_blocks(node):
+            branches = [set(seen) for _ in blocks]
+            for block, branch in zip(blocks, branches):
+                _first_wraps(a, block.body, prepared, wrappings, found, branch)
+            seen.update(*branches)
+            continue
         line = a.site(node).line
-        wraps = [(loader, wrapper) for loader, wrapper in wrappings.get(line, ()) if loader in prepared - seen]
+        wraps = [
+            (loader, wrapper)
+            for loader, wrapper in wrappings.get(line, ())
+            if loader not in seen and held_loader(loader) in prepared
+        ]
         seen |= {loader for loader, _ in wraps}
         if wraps:
             found[line] = tuple(wraps)
-    return found
 
 
 def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a: Analysis) -> frozenset[str]:
@@ -1589,27 +1615,44 @@ def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a
 
 
 def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:
-    """See ``ConversionPlan.loader_wrappings``."""
+    """See ``ConversionPlan.loader_wrappings``: the home blocks' statements, in their branches
+    too, wrapping a loader."""
     if a.module is None or a.facts.home_kind == "library":
         return {}
     iterable = {
         top.name.value for top in a.module.body if isinstance(top, cst.ClassDef) and defines_method(top, "__iter__")
     }
     found: dict[int, tuple[tuple[str, str], ...]] = {}
-    for node in _home_statements(a.module, a.facts):
-        wraps = _wrapped_loaders(node, a.facts, iterable)
-        if wraps:
-            found[a.site(node).line] = wraps
+    for block, statements in _home_blocks(a.module, a.facts).items():
+        scope = () if block == MODULE else (block,)
+        for node in _with_branches(statements):
+            wraps = _wrapped_loaders(node, a.facts, iterable, scope)
+            if wraps:
+                found[a.site(node).line] = wraps
+    return found
+
+
+def _with_branches(statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``statements`` and those of their branches (:func:`branch_blocks`), in order."""
+    found: list[cst.BaseStatement] = []
+    for node in statements:
+        found.append(node)
+        for block in branch_blocks(node):
+            found += _with_branches(block.body)
     return found
 
 
 def _wrapped_loaders(
-    node: cst.BaseStatement, facts: FactsDraft, iterable: AbstractSet[str]
+    node: cst.BaseStatement, facts: FactsDraft, iterable: AbstractSet[str], scope: tuple[str, ...] = ()
 ) -> tuple[tuple[str, str], ...]:
-    """(loader, wrapper class) for each loader ``node`` hands to a class that is not a DataLoader
-    and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name, capitalised), or
-    ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines ``__iter__``. A
+    """(loader, wrapper) for each loader ``node`` hands to something that stands for it from then
+    on: ``X = Wrapper(X, ...)`` (a class name, capitalised, not a DataLoader), ``Y = Wrapper(X,
+    ...)`` with a ``Wrapper`` of this file that defines ``__iter__``, or an iterator taken from a
+    loader or from an entry of a dict of loaders (``it = iter(loader)``, ``DGloader_iter =
+    enumerate(dataloaders['DG'])``: :func:`iterated`'s wrappers, read later). A
     ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
+    if (taken := iterator_taken(node, facts, scope)) is not None:
+        return (taken,)
     if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
         return ()
     assign = node.body[0]
@@ -1630,6 +1673,37 @@ def _wrapped_loaders(
         and arg.value.value in loaders
         and (arg.value.value == target or wrapper in iterable)
     )
+
+
+def iterator_taken(
+    node: cst.CSTNode, facts: FactsDraft | ScriptFacts, scope: tuple[str, ...] = ()
+) -> tuple[str, str] | None:
+    """(loader, wrapper) where the statement ``node`` binds an iterator taken from a loader
+    (``it = iter(loader)``, ``batches = enumerate(tqdm(loader))``: :func:`iterated`'s wrappers)
+    or from an entry of a dict of loaders (``DGloader_iter = enumerate(dataloaders['DG'])``, the
+    entry named as :func:`item_code` writes it): the iterator reads that loader from then on, so
+    the loader must be prepared before. None for any other statement."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return None
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
+        return None
+    call = assign.value
+    under = iterated(call, facts.names, scope)
+    wrapper = dotted(call.func)
+    if under is call or wrapper is None:
+        return None
+    if (name := dotted(under)) is not None:
+        return (name, wrapper) if name in facts.loaders else None
+    item = constant_item(under)
+    if item is None or item[0] not in facts.loader_dict_names:
+        return None
+    return item_code(*item), wrapper
+
+
+def held_loader(loader: str) -> str:
+    """``loaders`` for an entry ``loaders['DG']`` (:func:`iterator_taken`), the loader's own name otherwise."""
+    return loader.partition("[")[0]
 
 
 def _spans(statements: Sequence[cst.BaseStatement], a: Analysis) -> list[tuple[int, int]]:
