@@ -171,9 +171,12 @@ class ConversionPlan:
     #: as its parameters (an ensemble's ``for m in models: train(m, loader)``): what its callers
     #: hand it is prepared by nobody else, so its one ``prepare`` takes them too.
     received_models: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    #: Original line of a home-block statement handing a loader to a class that stands for it
-    #: from then on (``train_dl = DeviceDataLoader(train_dl, device)``) → (loader, wrapper class)
-    #: pairs: ``prepare`` passes such a wrapper through, so the loader is prepared right before.
+    #: Original line of a home-block statement (in its branches too) handing a loader to a class
+    #: that stands for it from then on (``train_dl = DeviceDataLoader(train_dl, device)``), or
+    #: taking an iterator from it (``it = iter(loader)``, ``DGloader_iter =
+    #: enumerate(dataloaders['DG'])`` of a dict's entry: :func:`iterator_taken`) → (loader,
+    #: wrapper) pairs: ``prepare`` passes such a wrapper through, and the iterator reads the
+    #: loader it was given, so the loader is prepared right before.
     loader_wrappings: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block (its function, or ``"<module>"``) → the loaders of ``to_prepare`` it binds before
     #: its training starts where its one ``prepare`` cannot take them: only under a flag (``if
@@ -228,9 +231,12 @@ class ConversionPlan:
         default_factory=lambda: MappingProxyType({})
     )
     #: Home block → original line of a statement before its training starts that hands a loader
-    #: the block prepares to a class standing for it from then on (``loader_wrappings``) → the
-    #: (loader, wrapper class) pairs wrapped there first: ``prepare`` passes such a wrapper
-    #: through unchanged, so each loader is prepared right before that statement, once.
+    #: the block prepares to a class standing for it from then on, or takes an iterator from it
+    #: before the block's ``prepare`` (``loader_wrappings``; in a branch too) → the (loader,
+    #: wrapper) pairs wrapped there first: ``prepare`` passes such a wrapper through unchanged,
+    #: and the iterator would read the loader as built, so each loader is prepared right before
+    #: that statement, once (an entry of a dict of loaders, ``dataloaders['DG']``, too: the
+    #: dict's own ``prepare`` passes it through).
     prepared_before_wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] = field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -1548,7 +1554,7 @@ def _wraps_and_bindings(
     wrapping: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {}
     binding: dict[str, frozenset[str]] = {}
     for block, statements in homes.items():
-        if found := _prepared_before_wrapping(a, statements, lines, set(built[block]) & to_prepare):
+        if found := _prepared_before_wrapping(a, block, statements, lines, built[block], to_prepare):
             wrapping[block] = found
         if bound := _binding(statements, where_built, a):
             binding[block] = bound
@@ -1556,47 +1562,70 @@ def _wraps_and_bindings(
 
 
 def _prepared_before_wrapping(
-    a: Analysis, statements: Sequence[cst.BaseStatement], lines: Sequence[int], prepared: AbstractSet[str]
+    a: Analysis,
+    block: str,
+    statements: Sequence[cst.BaseStatement],
+    lines: Sequence[int],
+    built: Mapping[str, tuple[int, int]],
+    to_prepare: AbstractSet[str],
 ) -> dict[int, tuple[tuple[str, str], ...]]:
     """See ``ConversionPlan.prepared_before_wrapping``: for one home block's statements, the
-    first wrap of each loader of ``prepared`` (what the block's ``prepare`` takes; an entry of a
-    dict of loaders it takes, ``loaders['DG']``) before the block's training starts, in its
-    branches too (``if opt.DG: ... DGloader_iter = enumerate(dataloaders['DG'])``). The
-    accelerator is created above the first statement binding a loader (``created_before_binding``),
-    so above any wrap."""
+    first wrap of each loader the block's ``prepare`` takes (of ``built``, what it binds before
+    its training; an entry of a dict of loaders it takes, ``loaders['DG']``) before the block's
+    training starts, in its branches too (``if opt.DG: ... DGloader_iter =
+    enumerate(dataloaders['DG'])``); an iterator only where it is taken before that ``prepare``
+    (after it, it reads the prepared loader). The accelerator is created above the first
+    statement binding a loader (``created_before_binding``), so above any wrap."""
+    prepared = set(built) & to_prepare
+    reading = _WrapReading(
+        a,
+        () if block == MODULE else (block,),
+        prepared,
+        max((built[name][1] for name in prepared), default=0),
+        _loader_wrappings(a),
+    )
     found: dict[int, tuple[tuple[str, str], ...]] = {}
-    _first_wraps(a, statements[: _training_start(statements, lines, a)], prepared, _loader_wrappings(a), found, set())
+    reading.read(statements[: _training_start(statements, lines, a)], found, set())
     return found
 
 
-def _first_wraps(
-    a: Analysis,
-    statements: Sequence[cst.BaseStatement],
-    prepared: AbstractSet[str],
-    wrappings: Mapping[int, tuple[tuple[str, str], ...]],
-    found: dict[int, tuple[tuple[str, str], ...]],
-    seen: set[str],
-) -> None:
-    """:func:`_prepared_before_wrapping` over ``statements``, ``seen`` the loaders wrapped above:
-    each branch of an ``if`` (a ``with``, a ``try``) reads on from what was seen before it."""
-    for node in statements:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        if blocks := branch_blocks(node):
-            branches = [set(seen) for _ in blocks]
-            for block, branch in zip(blocks, branches):
-                _first_wraps(a, block.body, prepared, wrappings, found, branch)
-            seen.update(*branches)
-            continue
-        line = a.site(node).line
-        wraps = [
-            (loader, wrapper)
-            for loader, wrapper in wrappings.get(line, ())
-            if loader not in seen and held_loader(loader) in prepared
-        ]
-        seen |= {loader for loader, _ in wraps}
-        if wraps:
-            found[line] = tuple(wraps)
+@dataclass(frozen=True)
+class _WrapReading:
+    """What :func:`_prepared_before_wrapping` reads one home block's statements with."""
+
+    a: Analysis
+    scope: tuple[str, ...]
+    #: The loaders (or dicts of loaders) the block's ``prepare`` takes.
+    prepared: AbstractSet[str]
+    #: The original line after which the block's ``prepare`` goes.
+    prepare_after: int
+    #: ``ConversionPlan.loader_wrappings``.
+    wrappings: Mapping[int, tuple[tuple[str, str], ...]]
+
+    def read(
+        self, statements: Sequence[cst.BaseStatement], found: dict[int, tuple[tuple[str, str], ...]], seen: set[str]
+    ) -> None:
+        """The first wraps among ``statements`` into ``found``, ``seen`` the loaders wrapped
+        above: each branch of an ``if`` (a ``with``, a ``try``) reads on from what was seen before it."""
+        for node in statements:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if blocks := branch_blocks(node):
+                branches = [set(seen) for _ in blocks]
+                for inner, branch in zip(blocks, branches):
+                    self.read(inner.body, found, branch)
+                seen.update(*branches)
+                continue
+            line = self.a.site(node).line
+            late = line > self.prepare_after and iterator_taken(node, self.a.facts, self.scope) is not None
+            wraps = [
+                (loader, wrapper)
+                for loader, wrapper in self.wrappings.get(line, ())
+                if loader not in seen and held_loader(loader) in self.prepared and not late
+            ]
+            seen |= {loader for loader, _ in wraps}
+            if wraps:
+                found[line] = tuple(wraps)
 
 
 def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a: Analysis) -> frozenset[str]:

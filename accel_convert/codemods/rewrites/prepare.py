@@ -12,7 +12,10 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
 
 Several models and optimizers (a GAN's generator and discriminator) go into the same call. A
 DataLoader wrapped in another class (``train_dl = DeviceDataLoader(train_dl, device)``) is
-prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged.
+prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged. So
+is a loader an iterator is taken from before the ``prepare`` (``it = iter(train_loader)``, the
+re-ID baseline's ``DGloader_iter = enumerate(dataloaders['DG'])`` of an entry added to a dict of
+loaders under a flag, prepared in that branch): the iterator reads the loader it was given.
 A model and optimizer a helper returns together (``return model, SGD(model.parameters())``) are
 prepared where the caller unpacks them (``model, opt = build()``), where training runs. Loaders
 are sharded for a model to train or evaluate on: a script with no model that only reads a loader
