@@ -4,7 +4,8 @@ A part of a model wrapped in ``nn.DataParallel`` (bearpaw's pytorch-classificati
 ``model.features = torch.nn.DataParallel(model.features)``) saves keys with the wrapper's
 ``module.`` after the part's name (``features.module.0.weight``); the converted model, no longer
 wrapped, loads the original's checkpoints with that segment taken out (the DataParallel rule, as
-it takes the whole model's ``module.`` prefix off). The wrap goes and the model is prepared once.
+it takes the whole model's ``module.`` prefix off), and ``model.features.module`` reads the part.
+The wrap goes and the model is prepared once.
 
 An iterator taken from a loader before the block's ``prepare`` (``it = iter(loader)``, the re-ID
 baseline's ``DGloader_iter = enumerate(dataloaders['DG'])`` of an entry added to a dict of
@@ -56,6 +57,7 @@ def main(resume):
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+    print(model.features.module[0].out_features)
     torch.save({"state_dict": model.state_dict()}, "checkpoint.th")
 """
 
@@ -79,6 +81,7 @@ def test_a_wrapped_part_loads_the_originals_keys() -> None:
     assert "DataParallel" not in text
     assert "model.cuda()" not in text
     assert text.count("accelerator.prepare(") == 1
+    assert "accelerator.unwrap_model(model).features[0].out_features" in text  # the part itself
     comprehension = cst.Module(body=[]).code_for_node(_load_argument(text))
     saved = {"features.module.0.weight": 1, "features.module.0.bias": 2, "classifier.weight": 3}
     loaded = eval(comprehension, {}, {"checkpoint": {"state_dict": saved}})  # noqa: S307 - our own conversion

@@ -8,7 +8,7 @@ the wrapper's keys (``module.conv1.weight``: a checkpoint the original saved, or
 publishes): the model, no longer wrapped, loads it with that prefix taken off its keys (a dict
 without it loads as before). A part wrapped alone (``model.features = nn.DataParallel(model.features)``)
 has the wrapper's ``module.`` after its name (``features.module.0.weight``): a load into the model
-takes that segment out. Saves write the unwrapped model's keys either way. Scripts that already run their own DistributedDataParallel,
+takes that segment out, and ``model.features.module`` reads the part itself. Saves write the unwrapped model's keys either way. Scripts that already run their own DistributedDataParallel,
 ``mp.spawn`` or ``DistributedSampler`` are reported (ACC903) and left as they are.
 """
 
@@ -328,7 +328,13 @@ class _DataParallelRemover(RuleTransformer):
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted(updated_node.value)
-        if updated_node.attr.value != "module" or owner not in self.facts.models:
+        if updated_node.attr.value != "module":
+            return updated_node
+        if owner is not None and "." in owner and (self.function, owner) in self._wrapped:
+            # ``model.features.module`` of a part wrapped above: the part itself, no longer wrapped.
+            self.report(original_node, DataParallelCodemod.code, f"{owner}.module → {owner}", True)
+            return updated_node.value
+        if owner not in self.facts.models:
             return updated_node
         if not self.accelerator_reachable():
             return updated_node
@@ -353,7 +359,11 @@ class _DataParallelMention(cst.CSTVisitor):
         self.found = self.found or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.found = self.found or (node.attr.value == "module" and dotted(node.value) in self.facts.models)
+        # ``model.module``, and ``model.features.module`` of a part (the rewrite knows which were wrapped).
+        owner = dotted(node.value)
+        self.found = self.found or (
+            node.attr.value == "module" and (owner in self.facts.models or "." in (owner or ""))
+        )
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
