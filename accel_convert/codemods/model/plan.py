@@ -592,6 +592,7 @@ def _preparations(
         "home_kind",
         "main_function",
         "loader_tuple_bindings",
+        "loader_dict_names",
         "creating_function",
         "training_functions",
         "class_prepare",
