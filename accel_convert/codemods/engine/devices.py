@@ -23,6 +23,7 @@ from accel_convert.codemods.engine.names import NameTable, ScopeKey
 from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import (
     CUDA_AVAILABILITY,
+    DATA_PARALLEL,
     DEVICE_CONSTRUCTORS,
     DEVICE_MOVE_METHODS,
     SELF_RETURNING_METHODS,
@@ -237,6 +238,16 @@ def peel_moves(
             if len(value.args) != 1 or not to_device(value.args[0].value):
                 break
         value = value.func.value
+    return value
+
+
+def data_parallel_wrapped(value: cst.BaseExpression, facts: FactQuestions) -> cst.BaseExpression:
+    """``nn.DataParallel(net, device_ids=...)`` (or ``DataParallel(module=net)``) → ``net``: the
+    module a DataParallel call wraps; any other ``value`` (a wrap naming no module too) as it is."""
+    if isinstance(value, cst.Call) and facts.callee_name(value.func) in DATA_PARALLEL:
+        for arg in value.args:
+            if arg.keyword is None or arg.keyword.value == "module":
+                return arg.value
     return value
 
 

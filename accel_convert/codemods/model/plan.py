@@ -53,9 +53,10 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.chosen_names import next_read
-from accel_convert.codemods.engine.devices import constructed, is_move, peel_moves
+from accel_convert.codemods.engine.devices import constructed, data_parallel_wrapped, is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
+from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.positions import python_statements
 from accel_convert.codemods.engine.syntax import (
@@ -63,15 +64,17 @@ from accel_convert.codemods.engine.syntax import (
     body_statements,
     branch_blocks,
     class_methods,
+    constant_item,
     defines_method,
     dotted,
     is_main_guard,
+    item_code,
     nodes_in,
     parameter_names,
     parameters_filled,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, DATA_PARALLEL, is_model_constructor
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.calls import nested_function, pairwise
 from accel_convert.codemods.model.provider import provider
@@ -169,9 +172,12 @@ class ConversionPlan:
     #: as its parameters (an ensemble's ``for m in models: train(m, loader)``): what its callers
     #: hand it is prepared by nobody else, so its one ``prepare`` takes them too.
     received_models: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    #: Original line of a home-block statement handing a loader to a class that stands for it
-    #: from then on (``train_dl = DeviceDataLoader(train_dl, device)``) → (loader, wrapper class)
-    #: pairs: ``prepare`` passes such a wrapper through, so the loader is prepared right before.
+    #: Original line of a home-block statement (in its branches too) handing a loader to a class
+    #: that stands for it from then on (``train_dl = DeviceDataLoader(train_dl, device)``), or
+    #: taking an iterator from it (``it = iter(loader)``, ``DGloader_iter =
+    #: enumerate(dataloaders['DG'])`` of a dict's entry: :func:`iterator_taken`) → (loader,
+    #: wrapper) pairs: ``prepare`` passes such a wrapper through, and the iterator reads the
+    #: loader it was given, so the loader is prepared right before.
     loader_wrappings: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block (its function, or ``"<module>"``) → the loaders of ``to_prepare`` it binds before
     #: its training starts where its one ``prepare`` cannot take them: only under a flag (``if
@@ -226,9 +232,12 @@ class ConversionPlan:
         default_factory=lambda: MappingProxyType({})
     )
     #: Home block → original line of a statement before its training starts that hands a loader
-    #: the block prepares to a class standing for it from then on (``loader_wrappings``) → the
-    #: (loader, wrapper class) pairs wrapped there first: ``prepare`` passes such a wrapper
-    #: through unchanged, so each loader is prepared right before that statement, once.
+    #: the block prepares to a class standing for it from then on, or takes an iterator from it
+    #: before the block's ``prepare`` (``loader_wrappings``; in a branch too) → the (loader,
+    #: wrapper) pairs wrapped there first: ``prepare`` passes such a wrapper through unchanged,
+    #: and the iterator would read the loader as built, so each loader is prepared right before
+    #: that statement, once (an entry of a dict of loaders, ``dataloaders['DG']``, too: the
+    #: dict's own ``prepare`` passes it through).
     prepared_before_wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] = field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -584,6 +593,7 @@ def _preparations(
         "home_kind",
         "main_function",
         "loader_tuple_bindings",
+        "loader_dict_names",
         "creating_function",
         "training_functions",
         "class_prepare",
@@ -858,7 +868,7 @@ def _model_bindings(a: Analysis) -> tuple[dict[str, set[str]], dict[str, set[str
         models = set(assign.targets) & a.facts.models
         if not models or len(assign.scope) not in (1, 2):
             continue
-        built_value = _unwrapped(constructed(assign.value), a.facts)
+        built_value = data_parallel_wrapped(constructed(assign.value), a.facts)
         if len(assign.targets) == 1 and isinstance(built_value, cst.Name) and built_value.value == assign.targets[0]:
             continue
         fresh = (
@@ -1561,19 +1571,12 @@ def _moved_in(name: str, statements: Sequence[cst.BaseStatement], facts: FactsDr
     return any(
         isinstance(inner, cst.Call)
         and (
-            (is_move(inner) and dotted(_unwrapped(peel_moves(inner), facts)) == name)
+            (is_move(inner) and dotted(data_parallel_wrapped(peel_moves(inner), facts)) == name)
             or (is_any_prepare(inner) and name in prepared_arguments(inner))
         )
         for node in statements
         for inner in nodes_in(node)
     )
-
-
-def _unwrapped(value: cst.BaseExpression, facts: FactsDraft | ScriptFacts) -> cst.BaseExpression:
-    """The module an ``nn.DataParallel(module)`` call wraps; any other ``value`` as it is."""
-    if isinstance(value, cst.Call) and facts.callee_name(value.func) in DATA_PARALLEL and value.args:
-        return value.args[0].value
-    return value
 
 
 def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
@@ -1595,7 +1598,7 @@ def _wraps_and_bindings(
     wrapping: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {}
     binding: dict[str, frozenset[str]] = {}
     for block, statements in homes.items():
-        if found := _prepared_before_wrapping(a, statements, lines, set(built[block]) & to_prepare):
+        if found := _prepared_before_wrapping(a, block, statements, lines, built[block], to_prepare):
             wrapping[block] = found
         if bound := _binding(statements, where_built, a):
             binding[block] = bound
@@ -1603,24 +1606,70 @@ def _wraps_and_bindings(
 
 
 def _prepared_before_wrapping(
-    a: Analysis, statements: Sequence[cst.BaseStatement], lines: Sequence[int], prepared: AbstractSet[str]
+    a: Analysis,
+    block: str,
+    statements: Sequence[cst.BaseStatement],
+    lines: Sequence[int],
+    built: Mapping[str, tuple[int, int]],
+    to_prepare: AbstractSet[str],
 ) -> dict[int, tuple[tuple[str, str], ...]]:
     """See ``ConversionPlan.prepared_before_wrapping``: for one home block's statements, the
-    first wrap of each loader of ``prepared`` (what the block's ``prepare`` takes) before the
-    block's training starts. The accelerator is created above the first statement binding a
-    loader (``created_before_binding``), so above any wrap."""
-    wrappings = _loader_wrappings(a)
+    first wrap of each loader the block's ``prepare`` takes (of ``built``, what it binds before
+    its training; an entry of a dict of loaders it takes, ``loaders['DG']``) before the block's
+    training starts, in its branches too (``if opt.DG: ... DGloader_iter =
+    enumerate(dataloaders['DG'])``); an iterator only where it is taken before that ``prepare``
+    (after it, it reads the prepared loader). The accelerator is created above the first
+    statement binding a loader (``created_before_binding``), so above any wrap."""
+    prepared = set(built) & to_prepare
+    reading = _WrapReading(
+        a,
+        () if block == MODULE else (block,),
+        prepared,
+        max((built[name][1] for name in prepared), default=0),
+        _loader_wrappings(a),
+    )
     found: dict[int, tuple[tuple[str, str], ...]] = {}
-    seen: set[str] = set()
-    for node in statements[: _training_start(statements, lines, a)]:
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        line = a.site(node).line
-        wraps = [(loader, wrapper) for loader, wrapper in wrappings.get(line, ()) if loader in prepared - seen]
-        seen |= {loader for loader, _ in wraps}
-        if wraps:
-            found[line] = tuple(wraps)
+    reading.read(statements[: _training_start(statements, lines, a)], found, set())
     return found
+
+
+@dataclass(frozen=True)
+class _WrapReading:
+    """What :func:`_prepared_before_wrapping` reads one home block's statements with."""
+
+    a: Analysis
+    scope: tuple[str, ...]
+    #: The loaders (or dicts of loaders) the block's ``prepare`` takes.
+    prepared: AbstractSet[str]
+    #: The original line after which the block's ``prepare`` goes.
+    prepare_after: int
+    #: ``ConversionPlan.loader_wrappings``.
+    wrappings: Mapping[int, tuple[tuple[str, str], ...]]
+
+    def read(
+        self, statements: Sequence[cst.BaseStatement], found: dict[int, tuple[tuple[str, str], ...]], seen: set[str]
+    ) -> None:
+        """The first wraps among ``statements`` into ``found``, ``seen`` the loaders wrapped
+        above: each branch of an ``if`` (a ``with``, a ``try``) reads on from what was seen before it."""
+        for node in statements:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if blocks := branch_blocks(node):
+                branches = [set(seen) for _ in blocks]
+                for inner, branch in zip(blocks, branches):
+                    self.read(inner.body, found, branch)
+                seen.update(*branches)
+                continue
+            line = self.a.site(node).line
+            late = line > self.prepare_after and iterator_taken(node, self.a.facts, self.scope) is not None
+            wraps = [
+                (loader, wrapper)
+                for loader, wrapper in self.wrappings.get(line, ())
+                if loader not in seen and held_loader(loader) in self.prepared and not late
+            ]
+            seen |= {loader for loader, _ in wraps}
+            if wraps:
+                found[line] = tuple(wraps)
 
 
 def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a: Analysis) -> frozenset[str]:
@@ -1639,27 +1688,44 @@ def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a
 
 
 def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:
-    """See ``ConversionPlan.loader_wrappings``."""
+    """See ``ConversionPlan.loader_wrappings``: the home blocks' statements, in their branches
+    too, wrapping a loader."""
     if a.module is None or a.facts.home_kind == "library":
         return {}
     iterable = {
         top.name.value for top in a.module.body if isinstance(top, cst.ClassDef) and defines_method(top, "__iter__")
     }
     found: dict[int, tuple[tuple[str, str], ...]] = {}
-    for node in _home_statements(a.module, a.facts):
-        wraps = _wrapped_loaders(node, a.facts, iterable)
-        if wraps:
-            found[a.site(node).line] = wraps
+    for block, statements in _home_blocks(a.module, a.facts).items():
+        scope = () if block == MODULE else (block,)
+        for node in _with_branches(statements):
+            wraps = _wrapped_loaders(node, a.facts, iterable, scope)
+            if wraps:
+                found[a.site(node).line] = wraps
+    return found
+
+
+def _with_branches(statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``statements`` and those of their branches (:func:`branch_blocks`), in order."""
+    found: list[cst.BaseStatement] = []
+    for node in statements:
+        found.append(node)
+        for block in branch_blocks(node):
+            found += _with_branches(block.body)
     return found
 
 
 def _wrapped_loaders(
-    node: cst.BaseStatement, facts: FactsDraft, iterable: AbstractSet[str]
+    node: cst.BaseStatement, facts: FactsDraft, iterable: AbstractSet[str], scope: tuple[str, ...] = ()
 ) -> tuple[tuple[str, str], ...]:
-    """(loader, wrapper class) for each loader ``node`` hands to a class that is not a DataLoader
-    and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name, capitalised), or
-    ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines ``__iter__``. A
+    """(loader, wrapper) for each loader ``node`` hands to something that stands for it from then
+    on: ``X = Wrapper(X, ...)`` (a class name, capitalised, not a DataLoader), ``Y = Wrapper(X,
+    ...)`` with a ``Wrapper`` of this file that defines ``__iter__``, or an iterator taken from a
+    loader or from an entry of a dict of loaders (``it = iter(loader)``, ``DGloader_iter =
+    enumerate(dataloaders['DG'])``: :func:`iterated`'s wrappers, read later). A
     ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
+    if (taken := iterator_taken(node, facts, scope)) is not None:
+        return (taken,)
     if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
         return ()
     assign = node.body[0]
@@ -1680,6 +1746,37 @@ def _wrapped_loaders(
         and arg.value.value in loaders
         and (arg.value.value == target or wrapper in iterable)
     )
+
+
+def iterator_taken(
+    node: cst.CSTNode, facts: FactsDraft | ScriptFacts, scope: tuple[str, ...] = ()
+) -> tuple[str, str] | None:
+    """(loader, wrapper) where the statement ``node`` binds an iterator taken from a loader
+    (``it = iter(loader)``, ``batches = enumerate(tqdm(loader))``: :func:`iterated`'s wrappers)
+    or from an entry of a dict of loaders (``DGloader_iter = enumerate(dataloaders['DG'])``, the
+    entry named as :func:`item_code` writes it): the iterator reads that loader from then on, so
+    the loader must be prepared before. None for any other statement."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return None
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
+        return None
+    call = assign.value
+    under = iterated(call, facts.names, scope)
+    wrapper = dotted(call.func)
+    if under is call or wrapper is None:
+        return None
+    if (name := dotted(under)) is not None:
+        return (name, wrapper) if name in facts.loaders else None
+    item = constant_item(under)
+    if item is None or item[0] not in facts.loader_dict_names:
+        return None
+    return item_code(*item), wrapper
+
+
+def held_loader(loader: str) -> str:
+    """``loaders`` for an entry ``loaders['DG']`` (:func:`iterator_taken`), the loader's own name otherwise."""
+    return loader.partition("[")[0]
 
 
 def _spans(statements: Sequence[cst.BaseStatement], a: Analysis) -> list[tuple[int, int]]:

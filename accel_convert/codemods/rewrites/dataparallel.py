@@ -6,7 +6,9 @@ replaces DataParallel's threads, so the wrapping line goes (an ``if`` left empty
 ``accelerator.unwrap_model(model)``. A state dict loaded into the model once it was wrapped has
 the wrapper's keys (``module.conv1.weight``: a checkpoint the original saved, or one a project
 publishes): the model, no longer wrapped, loads it with that prefix taken off its keys (a dict
-without it loads as before). Scripts that already run their own DistributedDataParallel,
+without it loads as before). A part wrapped alone (``model.features = nn.DataParallel(model.features)``)
+has the wrapper's ``module.`` after its name (``features.module.0.weight``): a load into the model
+takes that segment out, and ``model.features.module`` reads the part itself. Saves write the unwrapped model's keys either way. Scripts that already run their own DistributedDataParallel,
 ``mp.spawn`` or ``DistributedSampler`` are reported (ACC903) and left as they are.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import callee_words, unwrap_model
-from accel_convert.codemods.engine.devices import names_device, peel_moves
+from accel_convert.codemods.engine.devices import data_parallel_wrapped, names_device, peel_moves
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -209,8 +211,8 @@ class _DataParallelRemover(RuleTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if self.facts.callee_name(updated_node.func) not in DATA_PARALLEL:
             return self._loaded_without_prefix(original_node, updated_node)
-        wrapped = _wrapped_module(updated_node)
-        if wrapped is None:
+        wrapped = data_parallel_wrapped(updated_node, self.facts)
+        if wrapped is updated_node:
             return updated_node
         self.findings.add(
             original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True
@@ -220,20 +222,32 @@ class _DataParallelRemover(RuleTransformer):
 
     def _loaded_without_prefix(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         """``model.load_state_dict(checkpoint["state_dict"])`` where ``model`` was wrapped above:
-        the dict has the wrapper's keys, so its ``module.`` prefix comes off."""
+        the dict has the wrapper's keys, so its ``module.`` prefix comes off. Where a part of it
+        was wrapped (``model.features = nn.DataParallel(model.features)``), its keys have the
+        wrapper's segment after the part's name (``features.module.0.weight``), which comes out."""
         func = updated_node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and updated_node.args):
             return updated_node
         model = dotted(func.value)
         first = updated_node.args[0]
-        if model is None or (self.function, model) not in self._wrapped or first.keyword is not None or first.star:
+        if model is None or first.keyword is not None or first.star:
             return updated_node
+        whole = (self.function, model) in self._wrapped
+        parts = sorted(
+            name.removeprefix(f"{model}.")
+            for function, name in self._wrapped
+            if function == self.function and name.startswith(f"{model}.")
+        )
+        if not whole and not parts:
+            return updated_node
+        wrapped = ", ".join([f"{model}.{part}" for part in parts] + [model] * whole)
         self.report(
             original_node,
             DataParallelCodemod.code,
-            f"{model} is no longer wrapped in DataParallel: the state dict's 'module.' key prefix is taken off",
+            f"{wrapped} no longer wrapped in DataParallel: the state dict's keys lose the wrapper's 'module.'",
         )
-        stripped = cst.parse_expression('{key.removeprefix("module."): value for key, value in STATE.items()}')
+        key = _key_without_wrappers(whole, parts)
+        stripped = cst.parse_expression(f"{{{key}: value for key, value in STATE.items()}}")
         assert isinstance(stripped, cst.DictComp)
         items = cst.Call(func=cst.Attribute(value=as_operand(first.value), attr=cst.Name("items")))
         comprehension = stripped.with_changes(for_in=stripped.for_in.with_changes(iter=items))
@@ -314,7 +328,13 @@ class _DataParallelRemover(RuleTransformer):
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted(updated_node.value)
-        if updated_node.attr.value != "module" or owner not in self.facts.models:
+        if updated_node.attr.value != "module":
+            return updated_node
+        if owner is not None and "." in owner and (self.function, owner) in self._wrapped:
+            # ``model.features.module`` of a part wrapped above: the part itself, no longer wrapped.
+            self.report(original_node, DataParallelCodemod.code, f"{owner}.module → {owner}", True)
+            return updated_node.value
+        if owner not in self.facts.models:
             return updated_node
         if not self.accelerator_reachable():
             return updated_node
@@ -339,14 +359,22 @@ class _DataParallelMention(cst.CSTVisitor):
         self.found = self.found or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict")
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.found = self.found or (node.attr.value == "module" and dotted(node.value) in self.facts.models)
+        # ``model.module``, and ``model.features.module`` of a part (the rewrite knows which were wrapped).
+        owner = dotted(node.value)
+        self.found = self.found or (
+            node.attr.value == "module" and (owner in self.facts.models or "." in (owner or ""))
+        )
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
 
 
-def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is None or arg.keyword.value == "module":
-            return arg.value
-    return None
+def _key_without_wrappers(whole: bool, parts: list[str]) -> str:
+    """The key of a state dict saved through the wrappers, as the unwrapped model names it:
+    ``key.removeprefix("module.")`` for the model wrapped whole, and for each wrapped part
+    (``features``) its ``features.module.`` made ``features.`` (a key has at most one of these
+    prefixes: the original wraps the model whole or its parts)."""
+    key = 'key.removeprefix("module.")' if whole else "key"
+    for part in reversed(parts):
+        key = f'key.replace("{part}.module.", "{part}.", 1) if key.startswith("{part}.module.") else {key}'
+    return key

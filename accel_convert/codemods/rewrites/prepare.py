@@ -12,7 +12,10 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
 
 Several models and optimizers (a GAN's generator and discriminator) go into the same call. A
 DataLoader wrapped in another class (``train_dl = DeviceDataLoader(train_dl, device)``) is
-prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged.
+prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged. So
+is a loader an iterator is taken from before the ``prepare`` (``it = iter(train_loader)``, the
+re-ID baseline's ``DGloader_iter = enumerate(dataloaders['DG'])`` of an entry added to a dict of
+loaders under a flag, prepared in that branch): the iterator reads the loader it was given.
 A model and optimizer a helper returns together (``return model, SGD(model.parameters())``) are
 prepared where the caller unpacks them (``model, opt = build()``), where training runs. Loaders
 are sharded for a model to train or evaluate on: a script with no model that only reads a loader
@@ -46,6 +49,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import prepare_statement, prepare_statements
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.iteration import ITERABLE_WRAPPERS
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
@@ -199,7 +203,7 @@ class _Prepare(HomeBlockTransformer):
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
-        before_wrap = self._prepare_before_wrapping(head, block, indent)
+        head, before_wrap = self._prepare_before_wrapping(head, block, indent)
         names = [name for name in names if name not in self.prepared_in_block]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
@@ -288,25 +292,63 @@ class _Prepare(HomeBlockTransformer):
 
     def _prepare_before_wrapping(
         self, statements: list[cst.BaseStatement], block: str, indent: str
-    ) -> dict[int, list[cst.BaseStatement]]:
+    ) -> tuple[list[cst.BaseStatement], dict[int, list[cst.BaseStatement]]]:
         """``loader = accelerator.prepare(loader)`` statements to put right before each statement
         of ``statements`` at a line of the plan's ``prepared_before_wrapping`` for ``block``
-        (``train_dl = WrappedDataLoader(train_dl, preprocess)``), by that statement's identity;
-        the loaders so prepared join ``prepared_in_block``."""
+        (``train_dl = WrappedDataLoader(train_dl, preprocess)``, ``it = iter(train_loader)``), by
+        that statement's identity; the loaders so prepared join ``prepared_in_block``. A wrap in a
+        branch (``if opt.DG: ... DGloader_iter = enumerate(dataloaders["DG"])``) gets its prepare
+        right there, in ``statements`` as returned; what the branch prepares stays in the block's
+        one ``prepare`` too (the branch may not run; ``prepare`` passes a prepared loader through)."""
         wrapped = self.plan.prepared_before_wrapping.get(block, {})
         inserted: dict[int, list[cst.BaseStatement]] = {}
+        result: list[cst.BaseStatement] = []
         for node in statements:
             site = self.origins.site(node)
+            if (
+                site is not None
+                and site.line not in wrapped
+                and any(site.line < line <= site.end_line for line in wrapped)
+            ):
+                node = self._prepared_in_branches(node, wrapped, indent + "    ")
             for loader, wrapper in wrapped.get(site.line, ()) if site is not None else ():
                 self._took([loader])
-                self.report(
-                    node,
-                    Prepare.code,
-                    f"prepare {loader} before {wrapper} wraps it (prepare would pass the wrapper through unchanged)",
-                    header_only=True,
-                )
+                self._report_wrap(node, loader, wrapper)
                 inserted.setdefault(id(node), []).append(prepare_statement(self.accelerator, [loader], indent))
-        return inserted
+            result.append(node)
+        return result, inserted
+
+    def _prepared_in_branches(
+        self, node: cst.BaseStatement, wrapped: Mapping[int, tuple[tuple[str, str], ...]], indent: str
+    ) -> cst.BaseStatement:
+        """``node``'s branches (an ``if`` chain, a ``with`` or ``try`` block) with each loader of
+        ``wrapped`` prepared right before the statement of its line."""
+        if not branch_blocks(node):
+            return node
+
+        def edit(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+            result: list[cst.BaseStatement] = []
+            for inner in statements:
+                site = self.origins.site(inner)
+                if site is not None and any(site.line < line <= site.end_line for line in wrapped):
+                    inner = self._prepared_in_branches(inner, wrapped, indent + "    ")
+                for loader, wrapper in wrapped.get(site.line, ()) if site is not None else ():
+                    self._report_wrap(inner, loader, wrapper)
+                    result.append(prepare_statement(self.accelerator, [loader], indent))
+                result.append(inner)
+            return result
+
+        edited = with_blocks_edited(node, edit)
+        if self.origins is not None:
+            self.origins.carry(node, edited)  # later rules find its loops by their original lines
+        return edited
+
+    def _report_wrap(self, node: cst.CSTNode, loader: str, wrapper: str) -> None:
+        if wrapper in ITERABLE_WRAPPERS or not wrapper.rpartition(".")[2][:1].isupper():
+            why = f"an iterator {wrapper} takes from it reads it from then on"
+        else:
+            why = "prepare would pass the wrapper through unchanged"
+        self.report(node, Prepare.code, f"prepare {loader} before {wrapper} wraps it ({why})", header_only=True)
 
     def _received_models(self, anchor: cst.CSTNode) -> tuple[str, ...]:
         """The models the home function ``anchor`` is handed and trains, which no other block

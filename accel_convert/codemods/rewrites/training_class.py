@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import prepare_statements
+from accel_convert.codemods.engine.accelerator_code import prepare_statement, prepare_statements
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
@@ -52,7 +52,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.plan import plan_of
+from accel_convert.codemods.model.plan import held_loader, iterator_taken, plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.records import record
@@ -407,12 +407,41 @@ class _GiveAccelerator(RuleTransformer):
                 )
         if not ready:
             return statements
+        head, ready = self._prepared_before_iterators(name, instance, statements[: last + 1], ready)
+        rest = statements[last + 1 :]
+        if not ready:
+            return [*head, *rest]
         joined = ", ".join(ready)
         self.report(anchor, TrainingClass.code, f"{name} prepares {joined}", header_only=True)
         prepare = prepare_statements(
             f"{instance}.{self.accelerator}", ready, " " * 8, {}, dicts=self.facts.loader_dict_names
         )
-        return [*statements[: last + 1], *prepare, *statements[last + 1 :]]
+        return [*head, *prepare, *rest]
+
+    def _prepared_before_iterators(
+        self, name: str, instance: str, statements: list[cst.BaseStatement], ready: list[str]
+    ) -> tuple[list[cst.BaseStatement], list[str]]:
+        """``statements`` (``__init__``'s, up to its prepare) with each loader of ``ready`` that
+        one of them takes an iterator from (``self.train_iter = iter(self.train_loader)``,
+        ``enumerate(self.loaders["extra"])``: the plan's :func:`iterator_taken`) prepared right
+        before it, and ``ready`` without the loaders so prepared (a dict of loaders stays: its
+        prepare passes the prepared entry through)."""
+        result: list[cst.BaseStatement] = []
+        taken: set[str] = set()
+        for line in statements:
+            found = iterator_taken(line, self.facts, (name, "__init__"))
+            if found is not None and held_loader(found[0]) in ready and found[0] not in taken:
+                loader, wrapper = found
+                taken.add(loader)
+                self.report(
+                    line,
+                    TrainingClass.code,
+                    f"prepare {loader} before {wrapper} takes an iterator from it",
+                    header_only=True,
+                )
+                result.append(prepare_statement(f"{instance}.{self.accelerator}", [loader], " " * 8))
+            result.append(line)
+        return result, [attribute for attribute in ready if attribute not in taken]
 
 
 def _called_methods(line: cst.BaseStatement, instance: str, plan: _ClassPlan) -> set[str]:
