@@ -1633,7 +1633,7 @@ def _prepared_before_wrapping(
     return found
 
 
-@dataclass(frozen=True)
+@record(frozen=True, eq=False, repr=False)
 class _WrapReading:
     """What :func:`_prepared_before_wrapping` reads one home block's statements with."""
 
