@@ -1207,9 +1207,11 @@ def test_a_models_parts_and_evaluating_methods_are_told_to_the_modules_calling_t
     code = converted("train", **sources)
     assert "features = self.accelerator.as_forward(self.detector).extractor(x)" in code["trainer"]
     assert "scores = self.accelerator.as_forward(self.detector).head(features)" in code["trainer"]
-    # ``if eval_result["map"] > best_map:`` reads this process's map: no barrier in ``save``.
+    # ``if eval_result["map"] > best_map:`` decides a save: the evaluation whose outputs cannot be
+    # gathered runs over every batch on every process (locality's ``deciding_evaluations``), so
+    # every rank takes the branch alike and ``save`` keeps its barrier.
     save = code["trainer"].split("    def save(")[1].split("    def load(")[0]
-    assert "wait_for_everyone" not in save and "self.accelerator.save(" in save
+    assert "wait_for_everyone" in save and "self.accelerator.save(" in save
 
 
 @pytest.mark.parametrize(

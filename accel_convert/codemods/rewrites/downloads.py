@@ -261,7 +261,11 @@ class _MainProcessFirst(RuleTransformer):
                 leading = run[0].leading_lines  # type: ignore[attr-defined]
                 block = cst.IndentedBlock(body=[run[0].with_changes(leading_lines=()), *run[1:]])
                 call = cst.Call(cst.Attribute(cst.Name(self.accelerator), cst.Name("main_process_first")))
-                result.append(cst.With(items=[cst.WithItem(call)], body=block, leading_lines=leading))
+                wrapped = cst.With(items=[cst.WithItem(call)], body=block, leading_lines=leading)
+                if self.origins is not None:  # the block stands where its first statement stood
+                    first = run[0]
+                    self.origins.carry(first.body[0] if isinstance(first, cst.SimpleStatementLine) else first, wrapped)
+                result.append(wrapped)
                 changed = True
                 run.clear()
 
