@@ -12,6 +12,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed, held_name
 from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.syntax import (
@@ -384,6 +385,22 @@ def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.B
     """The file's class ``receiver`` is an instance of: ``self`` in one of its methods, a
     construction (``Trainer(...)``), or a name the same function binds to one."""
     return instance_class_at(a, call.scope, receiver)
+
+
+def program_instance_class(a: Analysis, call: CallRecord, receiver: cst.BaseExpression) -> str | None:
+    """The other module's class (qualified) ``receiver`` is an instance of: a construction
+    (``Trainer(...).fit``), or a name the function of ``call`` binds to one construction of it
+    (``trainer = Trainer(...)``, ``dataset = ContrastiveLearningDataset(root)``)."""
+    if isinstance(receiver, cst.Call):
+        return program_callee(a.facts, receiver.func, call.scope)
+    if not isinstance(receiver, cst.Name):
+        return None
+    built = {
+        program_callee(a.facts, assign.value.func, assign.scope)
+        for assign in a.r.assigns
+        if assign.function == call.function and receiver.value in assign.targets and isinstance(assign.value, cst.Call)
+    }
+    return built.pop() if len(built) == 1 else None
 
 
 def instance_class_at(a: Analysis, scope: ScopeKey, receiver: cst.BaseExpression) -> str | None:

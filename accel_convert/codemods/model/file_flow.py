@@ -53,7 +53,7 @@ from accel_convert.codemods.engine.torch_names import (
     WRITING_METHODS,
 )
 from accel_convert.codemods.engine.walk import child_nodes
-from accel_convert.codemods.model.calls import instance_class
+from accel_convert.codemods.model.calls import instance_class, program_instance_class
 from accel_convert.codemods.model.locality import collects, counter_step, names_rank, per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import AssignRecord, CallRecord, LoopRecord
@@ -703,17 +703,7 @@ def _program_target(a: Analysis, call: CallRecord) -> str | None:
     direct = program_callee(a.facts, func, call.scope)
     if direct is not None or not isinstance(func, cst.Attribute):
         return direct
-    receiver = func.value
-    if isinstance(receiver, cst.Call):
-        return program_callee(a.facts, receiver.func, call.scope)
-    if not isinstance(receiver, cst.Name):
-        return None
-    built = {
-        program_callee(a.facts, assign.value.func, assign.scope)
-        for assign in a.r.assigns
-        if assign.function == call.function and receiver.value in assign.targets and isinstance(assign.value, cst.Call)
-    }
-    return built.pop() if len(built) == 1 else None
+    return program_instance_class(a, call, func.value)
 
 
 def file_logger_class(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:

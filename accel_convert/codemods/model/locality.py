@@ -71,7 +71,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_loss_module,
 )
 from accel_convert.codemods.engine.walk import child_nodes
-from accel_convert.codemods.model.calls import constructor_method, instance_class
+from accel_convert.codemods.model.calls import constructor_method, instance_class, program_instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -331,24 +331,8 @@ class _Downloaders:
         own = instance_class(a, call, func.value)
         if own is not None:
             return f"{own}.{func.attr.value}" in self.methods
-        built = _imported_instance(a, call, func.value)
+        built = program_instance_class(a, call, func.value)
         return built is not None and f"{built}.{func.attr.value}" in self.imported
-
-
-def _imported_instance(a: Analysis, call: CallRecord, receiver: cst.BaseExpression) -> str | None:
-    """The program class (qualified) ``receiver`` is an instance of, where the function of
-    ``call`` binds it to one construction of a class another module defines (``dataset =
-    ContrastiveLearningDataset(root)``)."""
-    if isinstance(receiver, cst.Call):
-        return program_callee(a.facts, receiver.func, call.scope)
-    if not isinstance(receiver, cst.Name):
-        return None
-    built = {
-        program_callee(a.facts, assign.value.func, assign.scope)
-        for assign in a.r.assigns
-        if assign.function == call.function and receiver.value in assign.targets and isinstance(assign.value, cst.Call)
-    }
-    return built.pop() if len(built) == 1 else None
 
 
 def _lambda_downloads(function: cst.FunctionDef) -> bool:
