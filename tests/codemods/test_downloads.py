@@ -149,3 +149,50 @@ def test_the_folder_is_still_reported_where_a_call_is_not_run_first_by_the_main_
     outcome = convert_module(cst.parse_module(source), Options(), source)
     reported = [change for change in outcome.changes if change.code == "ACC916"]
     assert [change.line for change in reported] == [8]
+
+
+HELPER_DOWNLOADS = """\
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets
+
+
+def get_loader(root):
+    train_set = datasets.MNIST(root, train=True, download={flag})
+    return DataLoader(train_set, batch_size=64, shuffle=True)
+
+
+def get_dataset(root):
+    makers = {{"mnist": lambda: datasets.MNIST(root, download={flag})}}
+    return makers["mnist"]()
+
+
+def main():
+    loader = get_loader("data")
+    other = get_dataset("data")
+    model = torch.nn.Linear(784, 10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for images, labels in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(images.flatten(1)), labels).backward()
+        optimizer.step()
+"""
+
+
+def test_a_download_goes_under_the_barrier_once_where_it_happens() -> None:
+    """A helper's own ``download=True`` statement goes under ``main_process_first`` where it stands
+    (its call is left as it is: no barrier inside a barrier); a lambda downloads where it is
+    called, so the call of the function calling it goes under it, not the table of lambdas."""
+    source = HELPER_DOWNLOADS.format(flag="True")
+    code = convert_module(cst.parse_module(source), Options(), source).module.code
+    assert "    with accelerator.main_process_first():\n        train_set = datasets.MNIST(" in code
+    assert '    loader = get_loader("data", accelerator)\n' in code
+    assert '    with accelerator.main_process_first():\n        other = get_dataset("data")\n' in code
+    assert "    makers = {" in code  # the table itself stays where it was
+    assert code.count("main_process_first") == 2
+
+
+def test_a_lambda_that_does_not_download_makes_no_download_function() -> None:
+    source = HELPER_DOWNLOADS.format(flag="False")
+    code = convert_module(cst.parse_module(source), Options(), source).module.code
+    assert "main_process_first" not in code

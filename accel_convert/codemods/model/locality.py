@@ -284,7 +284,9 @@ def download_functions(a: Analysis) -> None:
         calling = [call for call in a.r.calls if known.downloads(a, call)]
         methods = _downloading_methods(a, calling)
         classes = {method.partition(".")[0] for method in methods if method.endswith(".__init__")}
-        starts = {call.function for call in calling} | lambdas
+        # A function's own ``download=True`` goes under the barrier where it stands (the
+        # downloads rule, where the accelerator reaches it): that alone makes no download function.
+        starts = {call.function for call in calling if not _download_call(call.node)} | lambdas
         functions = callers_closure(starts & defs, a.facts.call_graph, among=defs)
         # The home block's function runs the download under the barrier itself.
         functions -= {a.facts.home_function, a.facts.creating_function or ""}
