@@ -49,10 +49,31 @@ def test_converter_side_never_imports_torch(package: str) -> None:
     # tomli: Python 3.10 only; nbformat: notebooks only (imported when one is converted);
     # pathspec: gitignore matching in folder searches; black: only where installed, for a project
     # that formats with it (converter/formatting.py); __version__: accel_convert's own version
-    # (accel_convert/__init__.py, which imports nothing), read by the --check cache.
+    # (accel_convert/__init__.py, which imports nothing), read by the --check cache; records:
+    # accel_convert/records.py, the package's record classes, which import the standard library only.
     allowed = STDLIB | {"libcst", "click", "rich", "tomli", "nbformat", "pathspec", "black", "converter", "codemods"}
-    allowed |= {"__version__"}
+    allowed |= {"__version__", "records"}
     assert set(imports) <= allowed, {name: imports[name] for name in set(imports) - allowed}
+
+
+def test_records_import_the_standard_library_only() -> None:
+    """What records.py imports when it runs (a type checker's import under ``TYPE_CHECKING`` aside)."""
+    tree = ast.parse((REPO_ROOT / "accel_convert" / "records.py").read_text(encoding="utf-8"))
+    checking = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    imported = {
+        (node.module if isinstance(node, ast.ImportFrom) else node.names[0].name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and id(node) not in checking
+        and getattr(node, "level", 0) == 0
+    }
+    assert imported and imported <= STDLIB, imported - STDLIB
 
 
 def test_runtime_imports_only_torch_and_stdlib() -> None:
