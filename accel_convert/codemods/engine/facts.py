@@ -428,6 +428,11 @@ class ScriptFacts(FactQuestions):
     #: (``return train_loader, test_loader``) → that length; other modules of the program learn
     #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
     loader_tuple_factories: Mapping[str, int] = field(default_factory=dict)
+    #: Module-level loader factory → the positions of the loaders in the tuple it returns (None:
+    #: what it returns is one loader) and, of those, the positions holding a tuple of loaders
+    #: (``return (DataLoader(a), DataLoader(b)), 3``): the other modules unpack its calls by them
+    #: (``ProgramSeeds.loader_positions``).
+    loader_positions: Mapping[str, tuple[tuple[int, ...] | None, tuple[int, ...]]] = field(default_factory=dict)
     #: (function, name) of the names a function binds by unpacking a loader tuple it is handed
     #: (``def fit(model, loaders): train_loader, test_loader = loaders``): loaders, each taking
     #: its element's role, that the caller prepared with the tuple (no object of the function's
@@ -502,6 +507,11 @@ class ScriptFacts(FactQuestions):
     #: Evaluation loops (original line) over such a loader that stays unprepared: every process
     #: runs every batch, and nothing is gathered there.
     unsharded_loops: AbstractSet[int] = frozenset()
+    #: Loops (original line) over a loader left unsharded (any of the above, or a per-batch
+    #: file writer's) that call a model and move none of their batches: the original's batches
+    #: met its model where the loader put them, on the CPU, while the converted model is on the
+    #: accelerator's device; the loop moves its batch there first (ACC127).
+    unsharded_batches_moved: AbstractSet[int] = frozenset()
     #: Names a call takes as its device that hold such a GPU from some of their origins and a
     #: value that cannot be followed from others: reported at the call.
     devices_unfollowed: AbstractSet[str] = frozenset()
@@ -811,6 +821,7 @@ class FactsDraft(FactQuestions):
     loader_tuple_bindings: dict[str, dict[int, int]] = field(default_factory=dict)
     loader_dict_names: set[str] = field(default_factory=set)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
+    loader_positions: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     names_picked_by_locals: dict[tuple[tuple[str, ...], str], set[str]] = field(default_factory=dict)
     device_names: set[str] = field(default_factory=set)
@@ -830,6 +841,7 @@ class FactsDraft(FactQuestions):
     joined_rows_factories: dict[str, frozenset[int]] = field(default_factory=dict)
     joined_rows_loops: dict[int, frozenset[int]] = field(default_factory=dict)
     unsharded_loops: set[int] = field(default_factory=set)
+    unsharded_batches_moved: set[int] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None

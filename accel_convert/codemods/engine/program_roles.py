@@ -221,6 +221,7 @@ class Learnt:
     imported_gpu_indices: dict[str, set[str]] = field(default_factory=dict)
     #: Loader factories (qualified) returning a tuple of loaders of known length → that length.
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
+    loader_positions: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]] = field(default_factory=dict)
     #: Functions and static or class methods (qualified) returning a new model, program-wide.
     model_factories: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a file they open for writing → its mode.
@@ -251,6 +252,7 @@ class Learnt:
             classes_given_models=frozenset(self.given_models.get(name, set())),
             loader_factories=frozenset(self.loader_factories),
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
+            loader_positions=tuple(sorted(self.loader_positions.items())),
             model_factories=frozenset(self.model_factories),
             optimizer_methods=frozenset(self.optimizer_methods),
             model_parts=frozenset(self.model_parts),

@@ -49,6 +49,9 @@ class ProgramSeeds:
     #: Imported loader factories (absolute qualified names) returning a tuple of loaders of
     #: known length, with that length (``loaders = data.get_loaders(...)`` holds that many).
     loader_tuple_factories: tuple[tuple[str, int], ...] = ()
+    #: Imported loader factories (absolute qualified names) → where the loaders are in what
+    #: they return (``facts.loader_positions``): a call unpacked binds loaders at those places only.
+    loader_positions: tuple[tuple[str, tuple[tuple[int, ...] | None, tuple[int, ...]]], ...] = ()
     #: Imported functions that loop over a loader (directly or through their calls).
     looping_functions: frozenset[str] = frozenset()
     #: Imported functions that run a backward (directly or through their calls).

@@ -36,6 +36,8 @@ REWRITE_MODULES: tuple[str, ...] = (
     "dataparallel",
     "device",
     "batch_to_numpy",
+    # Before prepare and the metrics: a loop over a loader left unsharded moves its batch first.
+    "unsharded_batches",
     "prepare",
     "inline_loader",
     # Right after the loaders are prepared: repeats the step counts read from their lengths.

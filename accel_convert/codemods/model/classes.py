@@ -732,13 +732,14 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         method = ".".join(assign.scope[1:])
         trains = "__init__" not in owner.self_names or assign.scope[1] in training
         held = roles | facts.models if trains else roles
-        if not _builds_unprepared(assign, owner.self_names.get(assign.scope[1]), held, facts.prepared):
+        built = _built_unprepared(a, assign, owner.self_names.get(assign.scope[1]), held)
+        if not built:
             continue
         if set(assign.targets) & _returned_by(a, name, method):
             continue  # a builder's (``return model, optimizer``): its caller prepares what it unpacks
         found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
-        a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
-        covered.update(assign.targets)
+        a.method_prepare[name][method] = (*found, *(t for t in built if t not in found))
+        covered.update(built)
     return covered
 
 
@@ -770,20 +771,31 @@ def _returned_by(a: Analysis, name: str, method: str) -> set[str]:
     return found
 
 
-def _builds_unprepared(
-    assign: AssignRecord, instance: str | None, roles: AbstractSet[str], prepared: AbstractSet[str]
-) -> bool:
-    """Whether a method's assignment builds (a call, not a prepare) only objects of ``roles``
-    nothing prepared yet: locals, or attributes of the method's instance (one level)."""
+def _built_unprepared(
+    a: Analysis, assign: AssignRecord, instance: str | None, roles: AbstractSet[str]
+) -> tuple[str, ...]:
+    """What a method's assignment builds (a call, not a prepare) for its method to prepare: its
+    targets, where each is an object of ``roles`` nothing prepared yet, a local or an attribute of
+    the method's instance (one level); or, from a loader factory returning loaders beside other
+    values (``(train_loader, test_loader), n_classes = self.make_data()``), the targets of
+    ``roles`` alone. None otherwise."""
     value = constructed(assign.value)
     if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
-        return False
-    return all(
-        target in roles
-        and target not in prepared
-        and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
-        for target in assign.targets
+        return ()
+    prepared = a.facts.prepared
+
+    def fresh(target: str) -> bool:
+        own = "." not in target or target.startswith(f"{instance}.") and target.count(".") == 1
+        return target in roles and target not in prepared and own
+
+    if all(fresh(target) for target in assign.targets):
+        return assign.targets
+    factory = dotted(value.func) in a.loader_factories or (
+        isinstance(value.func, cst.Attribute)
+        and dotted(value.func.value) == instance
+        and (assign.scope[0], value.func.attr.value) in a.loader_methods
     )
+    return tuple(target for target in assign.targets if fresh(target)) if factory else ()
 
 
 def training_bases(a: Analysis, classes: Sequence[str]) -> set[str]:

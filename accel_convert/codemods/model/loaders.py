@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -53,7 +54,7 @@ def loader_classes(a: Analysis) -> None:
                 grown = True
 
 
-@provider(needs=("loader_classes",), provides=("loader_factories", "loader_returning_functions"))
+@provider(needs=("loader_classes",), provides=("loader_factories", "loader_returning_functions", "loader_positions"))
 def loader_factories(a: Analysis) -> None:
     """Module-level functions that return DataLoaders (``return train_loader, test_loader``
     or ``return DataLoader(...)``) → the positions of the loaders in the tuple they return
@@ -77,6 +78,13 @@ def loader_factories(a: Analysis) -> None:
     a.loader_dict_factories = _dict_factories(a, built_in)
     a.loader_methods = {(scope[0], scope[1]): positions for scope, positions in factories.items() if len(scope) == 2}
     a.facts.loader_returning_functions = set(a.loader_factories)
+    a.facts.loader_positions = {
+        function: (
+            None if positions is None else tuple(sorted(positions)),
+            tuple(sorted(a.loader_groups.get((function,), ()))),
+        )
+        for function, positions in a.loader_factories.items()
+    }
 
 
 def _add_returned_loaders(
@@ -90,12 +98,26 @@ def _add_returned_loaders(
     loader in ``value`` (one it builds there or bound to a name in ``built_in``)."""
     is_tuple = isinstance(value, (cst.Tuple, cst.List))
     elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
-    for index, element in enumerate(elements):
-        if a.constructs_loader(element, scope) or (
+
+    def is_loader(element: cst.BaseExpression) -> bool:
+        return a.constructs_loader(element, scope) or (
             isinstance(element, cst.Name) and (scope[0], element.value) in built_in
-        ):
+        )
+
+    for index, element in enumerate(elements):
+        # A tuple of loaders inside the tuple returned (``return (DataLoader(a), DataLoader(b)),
+        # n_classes``): a group of loaders at that position, unpacked by a nested target.
+        group = (
+            is_tuple
+            and isinstance(element, (cst.Tuple, cst.List))
+            and bool(element.elements)
+            and all(not isinstance(inner, cst.StarredElement) and is_loader(inner.value) for inner in element.elements)
+        )
+        if is_loader(element) or group:
             positions = factories.get(scope, set()) if scope in factories else set()
             factories[scope] = None if not is_tuple or positions is None else positions | {index}
+        if group:
+            a.loader_groups.setdefault(scope, set()).add(index)
 
 
 def _dict_factories(a: Analysis, built_in: set[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
@@ -134,17 +156,30 @@ def _lists_of_loaders(a: Analysis, built_in: set[tuple[str, str]]) -> set[tuple[
     return {key for key, only_loaders in filled.items() if only_loaders}
 
 
-def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]:
+def loader_targets(
+    assign: AssignRecord, positions: set[int] | None, groups: AbstractSet[int] = frozenset()
+) -> set[str]:
     """The names ``n_words, train_loader = get_data()`` binds to loaders: those at the
-    positions the factory returns loaders at (every name when unpacking differs)."""
+    positions the factory returns loaders at (every name when unpacking differs). At a position
+    of ``groups`` (a tuple of loaders returned inside the tuple), the names of a target unpacking
+    it (``(train_loader, test_loader), n = get_data()``), and none for a name holding it whole."""
     targets = assign.node.targets
     target = targets[0].target if len(targets) == 1 else None
     if positions is None or not isinstance(target, (cst.Tuple, cst.List)):
         return set(assign.targets)
-    names = [element.value for element in target.elements]
-    if not all(isinstance(name, cst.Name) for name in names):
-        return set(assign.targets)
-    return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
+    found: set[str] = set()
+    for index, element in enumerate(target.elements):
+        part = element.value
+        if index in groups and isinstance(part, (cst.Tuple, cst.List)):
+            inner = [item.value for item in part.elements]
+            if not all(isinstance(name, cst.Name) for name in inner):
+                return set(assign.targets)
+            found |= {name.value for name in inner if isinstance(name, cst.Name)}
+        elif not isinstance(part, cst.Name):
+            return set(assign.targets)
+        elif index in positions and index not in groups:
+            found.add(part.value)
+    return found
 
 
 @provider(

@@ -700,15 +700,18 @@ def _functions_with_backward(a: Analysis) -> set[str]:
         "class_prepare",
         "loader_loops",
         "unsharded_loaders",
+        "models",
     ),
-    provides=("batch_names_by_function", "batch_names"),
+    provides=("batch_names_by_function", "batch_names", "unsharded_batches_moved"),
 )
 def batch_names(a: Analysis) -> None:
     """Targets of loops over loaders that will be prepared (whatever the loop does, prepare
     puts their batches on the device), and names taken out of them without a call
     (``x = batch["input"]``). A loader the home block does not build is not prepared, so
     its batches still need their moves, and so does a loader kept unprepared (an evaluation
-    writing a file per batch, :func:`~codemods.model.file_flow.per_batch_file_loaders`)."""
+    writing a file per batch, :func:`~codemods.model.file_flow.per_batch_file_loaders`) —
+    unless the loop moves none (:func:`_unmoved_unsharded_batches`): there the conversion moves
+    the whole batch, and its names are batch names like a prepared loader's."""
     homes = {a.facts.main_function or MODULE, a.facts.creating_function, *a.facts.training_functions}
     built_at_home = {name for assign in a.r.assigns if assign.function in homes for name in assign.targets}
     prepared = built_at_home | a.facts.prepared
@@ -718,11 +721,48 @@ def batch_names(a: Analysis) -> None:
     for loop, loaders in a.loader_loops:
         if loaders & prepared:
             by_function.setdefault(loop.function, set()).update(loop.targets)
+    moved = _unmoved_unsharded_batches(a)
     for loop, loaders in a.loader_loops:
-        if loaders & a.unsharded_loaders:
+        if loaders & a.unsharded_loaders and id(loop) not in moved:
             # Its batches stay where the loader puts them, whichever loop binds the same names.
             by_function.get(loop.function, set()).difference_update(loop.targets)
+    for loop in moved.values():
+        by_function.setdefault(loop.function, set()).update(loop.targets)
+        a.facts.unsharded_batches_moved.add(a.site(loop.node).line)
     _take_batch_data(a, by_function)
+
+
+#: What a loop calls once its batches are moved: a converted script's loop, converted again.
+_BATCH_MOVER = "send_to_device"
+
+
+def _unmoved_unsharded_batches(a: Analysis) -> dict[int, LoopRecord]:
+    """The loops over a loader left unsharded (every process reads every batch where the
+    original put it, on the CPU) that call a model — prepared, so on the accelerator's device —
+    and move nothing themselves (no ``.to``/``.cuda`` call in their body: a script written for
+    the CPU), by identity. A statistics pass over loaders with no model, or a loop that moves
+    its batch (``x.to(device)``, kept), is none. A loop whose batch the conversion moved already
+    (a converted script converted again) is one, so that its names stay batch names."""
+    unsharded = {id(loop): loop for loop, loaders in a.loader_loops if loaders & a.unsharded_loaders and loop.iterated}
+    if not unsharded:
+        return {}
+    models = a.facts.models
+    moves: set[int] = set()
+    feeds: set[int] = set()
+    for call in a.r.calls:
+        func = call.node.func
+        callee = dotted(func) or ""
+        moving = isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")
+        moved_here = callee == _BATCH_MOVER
+        model = any(callee == name or callee.startswith(name + ".") for name in models)
+        for loop in call.loops:
+            if id(loop) not in unsharded:
+                continue
+            if moving:
+                moves.add(id(loop))
+            if model or moved_here:
+                feeds.add(id(loop))
+    return {key: loop for key, loop in unsharded.items() if key in feeds and key not in moves}
 
 
 def _take_batch_data(a: Analysis, by_function: dict[str, set[str]]) -> None:

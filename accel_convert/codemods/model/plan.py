@@ -656,7 +656,7 @@ def conversion_plan(a: Analysis) -> None:
         _bound_above_main_guard(a),
         _received_models(a),
         _loader_wrappings(a),
-        _placement(a),
+        _placement(a, bound),
         _attribute_aliases(a),
         a.bundle_attributes,
     )
@@ -738,8 +738,9 @@ def _held_prepared(a: Analysis, owner: str, attribute: str) -> bool:
     return bool(origins) and origins <= facts.prepared
 
 
-def _placement(a: Analysis) -> Placement:
-    """Where each block prepares, from the original statements (see ``Placement``)."""
+def _placement(a: Analysis, bound: Mapping[str, AbstractSet[str]]) -> Placement:
+    """Where each block prepares, from the original statements (see ``Placement``); ``bound``:
+    :func:`_bound_by_block`'s answer."""
     handed = _handed_for_training(a)
     if a.module is None:
         return Placement(handed_for_training=handed)
@@ -767,7 +768,7 @@ def _placement(a: Analysis) -> Placement:
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
     reached = _called_where_the_accelerator_exists(a, homes, home_lines) | _library_evaluations(a)
-    evaluations = _evaluation_preparations(a, reached)
+    evaluations = _evaluation_preparations(a, reached, bound)
     moves.update(_models_evaluated_in(a, reached, evaluations))
     moves.update(_models_evaluated_in_methods(a))
     return Placement(
@@ -940,6 +941,7 @@ class _Handing:
         self._global_reads: dict[str, frozenset[str]] = {}
         #: Block → what it builds before its training (set by :meth:`prepares`).
         self.built: Mapping[str, Mapping[str, tuple[int, int]]] = {}
+        self.preparing = _preparing_functions(a.facts)
 
     def prepares(
         self,
@@ -1029,10 +1031,9 @@ class _Handing:
         if not isinstance(small, cst.Assign) or not isinstance(small.value, cst.Call):
             return False
         callee = dotted(small.value.func)
-        facts = self.a.facts
-        if callee not in _preparing_functions(facts):
+        if callee not in self.preparing:
             return False
-        models = assigned & facts.models
+        models = assigned & self.a.facts.models
         return bool(models) and models <= set(self.built.get(callee or "", {}))
 
     def _binding_and_training_bodies(self, node: cst.BaseStatement) -> list[Sequence[cst.BaseStatement]]:
@@ -1463,15 +1464,17 @@ def _library_evaluations(a: Analysis) -> frozenset[str]:
     return frozenset(function for function, name in built & looped if function in candidates and name in facts.loaders)
 
 
-def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str, tuple[str, ...]]:
+def _evaluation_preparations(
+    a: Analysis, reached: AbstractSet[str], bound: Mapping[str, AbstractSet[str]]
+) -> dict[str, tuple[str, ...]]:
     """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
-    accelerator exists, those building a loader to prepare."""
+    accelerator exists, those building a loader to prepare (``bound``: what each block binds,
+    :func:`_bound_by_block`)."""
     facts = a.facts
     loaders = (
         set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a), a.bundle_attributes)) & facts.loaders
     )
     loaders -= a.unsharded_loaders | facts.prepared
-    bound = _bound_by_block(a)
     found: dict[str, tuple[str, ...]] = {}
     for function in sorted(reached):
         built = tuple(sorted(bound.get(function, set()) & loaders))

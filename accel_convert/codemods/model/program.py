@@ -12,6 +12,7 @@ from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.calls import handed_to_worker_processes, nested_function
+from accel_convert.codemods.model.loaders import loader_targets
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -110,9 +111,17 @@ def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     module of the program returning loaders: both names are loaders, prepared where they arrive."""
     if not seeds.loader_factories:
         return
+    positions = dict(seeds.loader_positions)
     for assign in conclusions.r.assigns:
         value = assign.value
-        if isinstance(value, cst.Call) and _callee(conclusions, value.func, assign.scope) in seeds.loader_factories:
+        callee = _callee(conclusions, value.func, assign.scope) if isinstance(value, cst.Call) else None
+        if callee is None or callee not in seeds.loader_factories:
+            continue
+        if callee in positions:
+            at, groups = positions[callee]
+            found = loader_targets(assign, None if at is None else set(at), frozenset(groups))
+            conclusions.facts.train_loaders.update(found)
+        else:
             conclusions.facts.train_loaders.update(assign.targets)
 
 

@@ -74,9 +74,12 @@ def constructor_roles(a: Analysis) -> None:
         )
         targets = set(assign.targets)
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
-            facts.train_loaders.update(loader_targets(assign, factories[value.func.value]))
+            groups = a.loader_groups.get((value.func.value,), set())
+            facts.train_loaders.update(loader_targets(assign, factories[value.func.value], groups))
         elif isinstance(value, cst.Call) and (method := _loader_method(a, assign, value)) is not None:
-            facts.train_loaders.update(loader_targets(assign, a.loader_methods[method]))
+            facts.train_loaders.update(
+                loader_targets(assign, a.loader_methods[method], a.loader_groups.get(method, set()))
+            )
         elif isinstance(value, cst.Call) and facts.builds_data_loader(value.func, assign.scope, strict=False):
             facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
         elif qualified in ACCELERATORS:

@@ -83,6 +83,10 @@ class Analysis:
         #: The same for methods of module-level classes (``self.make_loader()``), keyed by
         #: ``(class, method)``.
         self.loader_methods: dict[tuple[str, str], set[int] | None] = {}
+        #: Of those positions, the ones holding a tuple of loaders (``return (DataLoader(a),
+        #: DataLoader(b)), n_classes``: ``{0}``), by the function or ``(class, method)``; filled
+        #: with ``loader_factories``.
+        self.loader_groups: dict[tuple[str, ...], set[int]] = {}
         #: Module-level functions every ``return`` of which is a dict literal of loaders (``return
         #: {"train": train_loader, "test": test_loader}``) → its keys.
         self.loader_dict_factories: dict[str, tuple[str, ...]] = {}

@@ -40,6 +40,7 @@ is left as it is.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from functools import cache
 from typing import cast
 
@@ -49,6 +50,7 @@ from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.names import NameTable, ScopeKey
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, expression, statement
 from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, NOTEBOOK_LAUNCHERS, PROGRESS_BARS
@@ -424,10 +426,11 @@ class _LoggingLevel(RuleTransformer):
         if not isinstance(func, cst.Attribute) or func.attr.value != "setLevel" or len(call.args) != 1:
             return None
         owner = func.value
-        is_logger = (isinstance(owner, cst.Call) and self.qualified_name(owner.func) == "logging.getLogger") or dotted(
-            owner
-        ) in self.facts.of(loggers)
-        return 0 if is_logger and not call.args[0].star else None
+        held = self.facts.of(loggers)
+        logger = (isinstance(owner, cst.Call) and self.qualified_name(owner.func) == "logging.getLogger") or is_logger(
+            held, self.facts.name_table, tuple(self.scope), dotted(owner)
+        )
+        return 0 if logger and not call.args[0].star else None
 
     def _warning_like(self, level: cst.BaseExpression) -> cst.BaseExpression | None:
         """``WARNING`` written the way ``level`` is (``logging.WARNING``, ``"WARNING"``, ``30``);
@@ -471,20 +474,34 @@ def _grouped(node: cst.BaseExpression, code: str) -> str:
 
 
 @rule_provider()
-def loggers(a: Analysis) -> frozenset[str]:
-    """Names every assignment of which is ``logging.getLogger(...)``: their ``setLevel`` sets
-    the level of a logger."""
+def loggers(a: Analysis) -> frozenset[tuple[ScopeKey, str]]:
+    """(scope binding it, name) of the variables every assignment of which is
+    ``logging.getLogger(...)`` (an attribute, ``self.logger``, by the module's scope, ``()``):
+    their ``setLevel`` sets the level of a logger. By scope: a helper's ``logger =
+    logging.getLogger("train")`` configured there is a logger even where ``main()`` binds its own
+    ``logger`` to what the helper returns (:func:`is_logger`)."""
     if "getLogger" not in a.r.words:
         return frozenset()
-    bound: dict[str, bool] = {}
+    bound: dict[tuple[ScopeKey, str], bool] = {}
     for assign in a.r.assigns:
         value = assign.value
-        is_logger = isinstance(value, cst.Call) and (
+        from_get_logger = isinstance(value, cst.Call) and (
             a.r.names.qualified_name(value.func, assign.scope) == "logging.getLogger"
         )
         for target in assign.targets:
-            bound[target] = bound.get(target, True) and is_logger
-    return frozenset(name for name, only_loggers in bound.items() if only_loggers)
+            key = ((), target) if "." in target else (assign.scope, target)
+            bound[key] = bound.get(key, True) and from_get_logger
+    return frozenset(key for key, only_loggers in bound.items() if only_loggers)
+
+
+def is_logger(held: AbstractSet[tuple[ScopeKey, str]], names: NameTable, scope: ScopeKey, name: str | None) -> bool:
+    """Whether ``name``, read in ``scope``, is one of the loggers ``held`` (:func:`loggers`): by
+    the scope whose binding it reads."""
+    if name is None:
+        return False
+    if "." in name:
+        return ((), name) in held
+    return (names.binding_scope(name, scope) or (), name) in held
 
 
 @rule_provider(needs=(loggers.name,))
@@ -495,7 +512,7 @@ def log_functions(a: Analysis) -> frozenset[str]:
     printed; ``print`` itself rebound is matched by its name (see ``_Printing._print_rebound``)."""
     if "logging" not in a.r.words and "getLogger" not in a.r.words:
         return frozenset()
-    held = cast(frozenset[str], a.rule_results[loggers.name])
+    held = cast(frozenset[tuple[ScopeKey, str]], a.rule_results[loggers.name])
     found: set[str] = set()
     for assign in a.r.assigns:
         value = assign.value
@@ -505,7 +522,8 @@ def log_functions(a: Analysis) -> frozenset[str]:
             from_logger = isinstance(owner, cst.Call) and a.r.names.qualified_name(owner.func, assign.scope) == (
                 "logging.getLogger"
             )
-            if from_logger or dotted(owner) in held or named == f"logging.{value.attr.value}":
+            logger = is_logger(held, a.r.names, assign.scope, dotted(owner))
+            if from_logger or logger or named == f"logging.{value.attr.value}":
                 found.update(target for target in assign.targets if target != "print")
     return frozenset(found)
 

@@ -226,10 +226,11 @@ class _GiveAccelerator(RuleTransformer):
         # model.configure_optimizers(...)``).
         wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(".".join(self.scope[1:]), ())
         assign = updated_node.body[0]
-        # ``model, optimizer = self.build()`` too: both prepared in one call.
-        names = [name for target in assign.targets for name in target_names(target.target)]
+        # ``model, optimizer = self.build()`` too: both prepared in one call; of ``(train_loader,
+        # test_loader), n_classes = self.make_data()``, the loaders the plan names.
+        names = [name for target in assign.targets for name in target_names(target.target) if name in wanted]
         accelerator = self._instance_accelerator()
-        if not names or not all(t in wanted for t in names) or accelerator is None:
+        if not names or accelerator is None:
             return updated_node
         where = ".".join(self.scope)
         self.report(original_node, TrainingClass.code, f"{where} prepares {', '.join(names)} where it is built")
