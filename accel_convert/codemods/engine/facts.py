@@ -428,6 +428,12 @@ class ScriptFacts(FactQuestions):
     #: (``return train_loader, test_loader``) → that length; other modules of the program learn
     #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
     loader_tuple_factories: Mapping[str, int] = field(default_factory=dict)
+    #: Module-level loader factories of the module returning a tuple with loaders at some
+    #: positions only (``return train_loader, val_loader, test_loader, num_class``) → those
+    #: positions; other modules of the program learn them through the seeds
+    #: (``ProgramSeeds.loader_factory_positions``), so ``..., self.nclass = make_data_loader(args)``
+    #: makes no loader of ``self.nclass``.
+    loader_factory_positions: Mapping[str, AbstractSet[int]] = field(default_factory=dict)
     #: (function, name) of the names a function binds by unpacking a loader tuple it is handed
     #: (``def fit(model, loaders): train_loader, test_loader = loaders``): loaders, each taking
     #: its element's role, that the caller prepared with the tuple (no object of the function's
@@ -811,6 +817,7 @@ class FactsDraft(FactQuestions):
     loader_tuple_bindings: dict[str, dict[int, int]] = field(default_factory=dict)
     loader_dict_names: set[str] = field(default_factory=set)
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
+    loader_factory_positions: dict[str, set[int]] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     names_picked_by_locals: dict[tuple[tuple[str, ...], str], set[str]] = field(default_factory=dict)
     device_names: set[str] = field(default_factory=set)

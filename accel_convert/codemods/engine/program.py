@@ -384,6 +384,7 @@ class Program:
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),
             loader_tuple_factories=_qualified_mapping(facts, "loader_tuple_factories"),
+            loader_factory_positions=_qualified_mapping(facts, "loader_factory_positions"),
             looping=looping,
             backward=backward,
             training_classes={

@@ -221,6 +221,8 @@ class Learnt:
     imported_gpu_indices: dict[str, set[str]] = field(default_factory=dict)
     #: Loader factories (qualified) returning a tuple of loaders of known length → that length.
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
+    #: Loader factories (qualified) returning a tuple with loaders at some positions → those.
+    loader_factory_positions: dict[str, frozenset[int]] = field(default_factory=dict)
     #: Functions and static or class methods (qualified) returning a new model, program-wide.
     model_factories: set[str] = field(default_factory=set)
     #: Functions (qualified) returning a file they open for writing → its mode.
@@ -251,6 +253,9 @@ class Learnt:
             classes_given_models=frozenset(self.given_models.get(name, set())),
             loader_factories=frozenset(self.loader_factories),
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
+            loader_factory_positions=tuple(
+                sorted((name, frozenset(positions)) for name, positions in self.loader_factory_positions.items())
+            ),
             model_factories=frozenset(self.model_factories),
             optimizer_methods=frozenset(self.optimizer_methods),
             model_parts=frozenset(self.model_parts),

@@ -49,6 +49,10 @@ class ProgramSeeds:
     #: Imported loader factories (absolute qualified names) returning a tuple of loaders of
     #: known length, with that length (``loaders = data.get_loaders(...)`` holds that many).
     loader_tuple_factories: tuple[tuple[str, int], ...] = ()
+    #: Imported loader factories (absolute qualified names) returning a tuple with loaders at
+    #: some positions only (``train_loader, val_loader, test_loader, num_class``) → those
+    #: positions: the names unpacked at the others are no loaders.
+    loader_factory_positions: tuple[tuple[str, frozenset[int]], ...] = ()
     #: Imported functions that loop over a loader (directly or through their calls).
     looping_functions: frozenset[str] = frozenset()
     #: Imported functions that run a backward (directly or through their calls).

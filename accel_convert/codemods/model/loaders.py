@@ -53,7 +53,10 @@ def loader_classes(a: Analysis) -> None:
                 grown = True
 
 
-@provider(needs=("loader_classes",), provides=("loader_factories", "loader_returning_functions"))
+@provider(
+    needs=("loader_classes",),
+    provides=("loader_factories", "loader_returning_functions", "loader_factory_positions"),
+)
 def loader_factories(a: Analysis) -> None:
     """Module-level functions that return DataLoaders (``return train_loader, test_loader``
     or ``return DataLoader(...)``) → the positions of the loaders in the tuple they return
@@ -77,6 +80,9 @@ def loader_factories(a: Analysis) -> None:
     a.loader_dict_factories = _dict_factories(a, built_in)
     a.loader_methods = {(scope[0], scope[1]): positions for scope, positions in factories.items() if len(scope) == 2}
     a.facts.loader_returning_functions = set(a.loader_factories)
+    a.facts.loader_factory_positions = {
+        function: set(positions) for function, positions in a.loader_factories.items() if positions is not None
+    }
 
 
 def _add_returned_loaders(
@@ -136,15 +142,17 @@ def _lists_of_loaders(a: Analysis, built_in: set[tuple[str, str]]) -> set[tuple[
 
 def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]:
     """The names ``n_words, train_loader = get_data()`` binds to loaders: those at the
-    positions the factory returns loaders at (every name when unpacking differs)."""
+    positions the factory returns loaders at (every name when unpacking differs). A trainer's
+    attributes unpack the same way (``self.train_loader, self.nclass = make_data_loader(args)``:
+    ``self.nclass`` is no loader)."""
     targets = assign.node.targets
     target = targets[0].target if len(targets) == 1 else None
     if positions is None or not isinstance(target, (cst.Tuple, cst.List)):
         return set(assign.targets)
-    names = [element.value for element in target.elements]
-    if not all(isinstance(name, cst.Name) for name in names):
+    names = [dotted(element.value) for element in target.elements]
+    if any(name is None for name in names):
         return set(assign.targets)
-    return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
+    return {name for index, name in enumerate(names) if index in positions and name is not None}
 
 
 @provider(

@@ -706,11 +706,17 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
     self.model``, ``model, config = self.model, self.config`` in its ``run()``) or unpacks a loader
     tuple a function is handed (``train_loader, test_loader = loaders``): they stand for the
     object the class holds prepared (built inline, ``Trainer(config, Regressor(), loader)``, and
-    prepared in its ``__init__``) or the caller prepared, no object of their own to prepare."""
+    prepared in its ``__init__``) or the caller prepared, no object of their own to prepare. So are
+    the names a training class's method binds and then only stores into an attribute the class
+    prepares (deeplab's ``model = DeepLab(...)``, then ``self.model, self.optimizer = model,
+    optimizer`` in ``__init__``): the object is prepared as that attribute."""
     aliasing: set[str] = set()
     others: set[str] = set()
+    stored: set[tuple[str, str]] = set()  # (function, name) stored into a prepared attribute
     for assign in a.r.assigns:
-        sources = dict(pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value))
+        pairs = [pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value)]
+        sources = dict(pairs)
+        stored |= {(assign.function, source) for target, source in pairs if _held_prepared(a, assign.function, target)}
         for target in assign.targets:
             source = sources.get(target)
             held = (source is not None and _held_prepared(a, assign.function, source)) or (
@@ -718,7 +724,9 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
                 target,
             ) in a.facts.loaders_unpacked_from_parameters
             (aliasing if held else others).add(target)
-    return frozenset(aliasing - others)
+    kept = {target for assign in a.r.assigns for target in assign.targets if (assign.function, target) not in stored}
+    stored_only = {name for _, name in stored if name.isidentifier()} - kept
+    return frozenset((aliasing - others) | stored_only)
 
 
 def _held_prepared(a: Analysis, owner: str, attribute: str) -> bool:
@@ -1465,18 +1473,31 @@ def _library_evaluations(a: Analysis) -> frozenset[str]:
 
 def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str, tuple[str, ...]]:
     """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
-    accelerator exists, those building a loader to prepare."""
+    accelerator exists, those building a loader to prepare. Not a loader a function returns (a
+    factory's, ``return train_loader, val_loader, num_class`` called in a trainer's
+    ``__init__``): the caller binds it and prepares it there, once."""
     facts = a.facts
     loaders = (
         set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a), a.bundle_attributes)) & facts.loaders
     )
     loaders -= a.unsharded_loaders | facts.prepared
     bound = _bound_by_block(a)
+    returned = _returned_names(a)
     found: dict[str, tuple[str, ...]] = {}
     for function in sorted(reached):
-        built = tuple(sorted(bound.get(function, set()) & loaders))
+        built = tuple(sorted((bound.get(function, set()) - returned.get(function, set())) & loaders))
         if built:
             found[function] = built
+    return found
+
+
+def _returned_names(a: Analysis) -> dict[str, set[str]]:
+    """Module-level function → the names its ``return`` statements hand back, alone or in a
+    tuple (``return train_loader, val_loader, num_class``)."""
+    found: dict[str, set[str]] = {}
+    for function, value in a.r.returns:
+        elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+        found.setdefault(function, set()).update(name for e in elements if (name := dotted(e)) is not None)
     return found
 
 

@@ -12,6 +12,7 @@ from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.calls import handed_to_worker_processes, nested_function
+from accel_convert.codemods.model.loaders import loader_targets
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -107,13 +108,18 @@ def _imported_value_edges(conclusions: Analysis, known: frozenset[str]) -> None:
 
 def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """``train_loader, val_loader = get_dataloaders(args)`` with ``get_dataloaders`` from another
-    module of the program returning loaders: both names are loaders, prepared where they arrive."""
+    module of the program returning loaders: both names are loaders, prepared where they arrive;
+    of ``self.train_loader, self.val_loader, self.nclass = make_data_loader(args)``, those at the
+    positions it returns loaders at."""
     if not seeds.loader_factories:
         return
+    positions = dict(seeds.loader_factory_positions)
     for assign in conclusions.r.assigns:
         value = assign.value
-        if isinstance(value, cst.Call) and _callee(conclusions, value.func, assign.scope) in seeds.loader_factories:
-            conclusions.facts.train_loaders.update(assign.targets)
+        callee = _callee(conclusions, value.func, assign.scope) if isinstance(value, cst.Call) else None
+        if callee is not None and callee in seeds.loader_factories:
+            found = positions.get(callee)
+            conclusions.facts.train_loaders.update(loader_targets(assign, None if found is None else set(found)))
 
 
 def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
