@@ -712,11 +712,8 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
     optimizer`` in ``__init__``): the object is prepared as that attribute."""
     aliasing: set[str] = set()
     others: set[str] = set()
-    stored: set[tuple[str, str]] = set()  # (function, name) stored into a prepared attribute
     for assign in a.r.assigns:
-        pairs = [pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value)]
-        sources = dict(pairs)
-        stored |= {(assign.function, source) for target, source in pairs if _held_prepared(a, assign.function, target)}
+        sources = dict(pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value))
         for target in assign.targets:
             source = sources.get(target)
             held = (source is not None and _held_prepared(a, assign.function, source)) or (
@@ -724,9 +721,24 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
                 target,
             ) in a.facts.loaders_unpacked_from_parameters
             (aliasing if held else others).add(target)
-    kept = {target for assign in a.r.assigns for target in assign.targets if (assign.function, target) not in stored}
-    stored_only = {name for _, name in stored if name.isidentifier()} - kept
+    stored = _stored_into_prepared_attributes(a)
+    kept = {target for assign in a.r.assigns for target in assign.targets if target not in stored.get(assign.scope, ())}
+    stored_only = {name for names in stored.values() for name in names} - kept
     return frozenset((aliasing - others) | stored_only)
+
+
+def _stored_into_prepared_attributes(a: Analysis) -> dict[tuple[str, ...], set[str]]:
+    """Scope → the plain names it stores into an attribute its training class prepares
+    (``self.model, self.optimizer = model, optimizer`` in ``Trainer.__init__``): the object is
+    prepared as that attribute; the name itself stays the script's module, never a wrapper."""
+    stored: dict[tuple[str, ...], set[str]] = {}
+    for assign in a.r.assigns:
+        for target, source in (
+            pair for each in assign.node.targets for pair in pairwise(each.target, assign.node.value)
+        ):
+            if source.isidentifier() and not target.isidentifier() and _held_prepared(a, assign.function, target):
+                stored.setdefault(assign.scope, set()).add(source)
+    return stored
 
 
 def _held_prepared(a: Analysis, owner: str, attribute: str) -> bool:
@@ -828,7 +840,10 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
     neither prepares nor returns (a ``predict()`` the home block calls, a ``Predictor``'s
     ``__init__``, building its own ``model`` of the name the home block prepares): only the home
     block, the function creating the accelerator and the training functions and classes
-    prepare. Module-level code and callers that cannot be followed keep it unknown."""
+    prepare. So is a model a training class's method builds and stores into an attribute its
+    class prepares (``self.model, self.optimizer = model, optimizer``): the attribute is
+    prepared, the name stays the module. Module-level code and callers that cannot be followed
+    keep it unknown."""
     if a.facts.home_kind == "library":
         return {}
     preparing = a.facts.training_functions | {a.facts.main_function, a.facts.creating_function}
@@ -854,6 +869,11 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
         fresh = built[method] - other.get(method, set())
         if owner in a.r.classes and owner not in a.facts.training_classes and fresh:
             found[method] = frozenset(fresh)
+    # A training class's method storing the model it builds into an attribute its class prepares.
+    for scope, names in _stored_into_prepared_attributes(a).items():
+        if len(scope) == 2 and (models := names & a.facts.models):
+            method = ".".join(scope)
+            found[method] = found.get(method, frozenset()) | models
     return found
 
 
