@@ -9,6 +9,7 @@ import pytest
 
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from tests.launching import REPO_ROOT
 
 CASES = REPO_ROOT / "fixtures" / "cases"
@@ -46,3 +47,20 @@ def test_factory_values_in_trainer_prepared_once_and_only_loaders() -> None:
     flat = [name for args in prepared for name in args]
     assert "self.nclass" not in flat
     assert flat.count("self.train_loader") == 1 and "train_loader" not in flat
+
+
+def test_class_count_of_another_modules_factory_is_no_loader() -> None:
+    """deeplab's ``self.train_loader, self.val_loader, self.test_loader, self.nclass =
+    make_data_loader(...)``, the factory in another module: the class count is not prepared, the
+    model (given its parameter groups by its own methods) is, and its local is never unwrapped."""
+    folder = REPO_ROOT / "fixtures" / "projects" / "param_group_methods_package"
+    files = {"train": folder / "train.py", "model": folder / "model.py", "loaders": folder / "loaders" / "__init__.py"}
+    modules = [
+        ProgramModule(name, cst.parse_module(path.read_text()), path.read_text(), is_package=name == "loaders")
+        for name, path in files.items()
+    ]
+    code = convert_program(modules, "train", Options())["train"].module.code
+    flat = [name for args in _prepared(code) for name in args]
+    assert "self.nclass" not in flat
+    assert {"self.model", "self.optimizer", "self.train_loader", "self.val_loader"} <= set(flat)
+    assert "unwrap_model(model)" not in code
