@@ -162,7 +162,9 @@ def loader_targets(
     """The names ``n_words, train_loader = get_data()`` binds to loaders: those at the
     positions the factory returns loaders at (every name when unpacking differs). At a position
     of ``groups`` (a tuple of loaders returned inside the tuple), the names of a target unpacking
-    it (``(train_loader, test_loader), n = get_data()``), and none for a name holding it whole."""
+    it (``(train_loader, test_loader), n = get_data()``), and none for a name holding it whole. A
+    trainer's attributes unpack the same way (``self.train_loader, self.nclass =
+    make_data_loader(args)``: ``self.nclass`` is no loader)."""
     targets = assign.node.targets
     target = targets[0].target if len(targets) == 1 else None
     if positions is None or not isinstance(target, (cst.Tuple, cst.List)):
@@ -171,14 +173,16 @@ def loader_targets(
     for index, element in enumerate(target.elements):
         part = element.value
         if index in groups and isinstance(part, (cst.Tuple, cst.List)):
-            inner = [item.value for item in part.elements]
-            if not all(isinstance(name, cst.Name) for name in inner):
+            inner = [dotted(item.value) for item in part.elements]
+            if any(name is None for name in inner):
                 return set(assign.targets)
-            found |= {name.value for name in inner if isinstance(name, cst.Name)}
-        elif not isinstance(part, cst.Name):
+            found |= {name for name in inner if name is not None}
+            continue
+        name = dotted(part)
+        if name is None:
             return set(assign.targets)
-        elif index in positions and index not in groups:
-            found.add(part.value)
+        if index in positions and index not in groups:
+            found.add(name)
     return found
 
 

@@ -706,7 +706,10 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
     self.model``, ``model, config = self.model, self.config`` in its ``run()``) or unpacks a loader
     tuple a function is handed (``train_loader, test_loader = loaders``): they stand for the
     object the class holds prepared (built inline, ``Trainer(config, Regressor(), loader)``, and
-    prepared in its ``__init__``) or the caller prepared, no object of their own to prepare."""
+    prepared in its ``__init__``) or the caller prepared, no object of their own to prepare. So are
+    the names a training class's method binds and then only stores into an attribute the class
+    prepares (deeplab's ``model = DeepLab(...)``, then ``self.model, self.optimizer = model,
+    optimizer`` in ``__init__``): the object is prepared as that attribute."""
     aliasing: set[str] = set()
     others: set[str] = set()
     for assign in a.r.assigns:
@@ -718,7 +721,24 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
                 target,
             ) in a.facts.loaders_unpacked_from_parameters
             (aliasing if held else others).add(target)
-    return frozenset(aliasing - others)
+    stored = _stored_into_prepared_attributes(a)
+    kept = {target for assign in a.r.assigns for target in assign.targets if target not in stored.get(assign.scope, ())}
+    stored_only = {name for names in stored.values() for name in names} - kept
+    return frozenset((aliasing - others) | stored_only)
+
+
+def _stored_into_prepared_attributes(a: Analysis) -> dict[tuple[str, ...], set[str]]:
+    """Scope → the plain names it stores into an attribute its training class prepares
+    (``self.model, self.optimizer = model, optimizer`` in ``Trainer.__init__``): the object is
+    prepared as that attribute; the name itself stays the script's module, never a wrapper."""
+    stored: dict[tuple[str, ...], set[str]] = {}
+    for assign in a.r.assigns:
+        for target, source in (
+            pair for each in assign.node.targets for pair in pairwise(each.target, assign.node.value)
+        ):
+            if source.isidentifier() and not target.isidentifier() and _held_prepared(a, assign.function, target):
+                stored.setdefault(assign.scope, set()).add(source)
+    return stored
 
 
 def _held_prepared(a: Analysis, owner: str, attribute: str) -> bool:
@@ -821,7 +841,10 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
     neither prepares nor returns (a ``predict()`` the home block calls, a ``Predictor``'s
     ``__init__``, building its own ``model`` of the name the home block prepares): only the home
     block, the function creating the accelerator and the training functions and classes
-    prepare. Module-level code and callers that cannot be followed keep it unknown."""
+    prepare. So is a model a training class's method builds and stores into an attribute its
+    class prepares (``self.model, self.optimizer = model, optimizer``): the attribute is
+    prepared, the name stays the module. Module-level code and callers that cannot be followed
+    keep it unknown."""
     if a.facts.home_kind == "library":
         return {}
     preparing = a.facts.training_functions | {a.facts.main_function, a.facts.creating_function}
@@ -847,6 +870,11 @@ def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
         fresh = built[method] - other.get(method, set())
         if owner in a.r.classes and owner not in a.facts.training_classes and fresh:
             found[method] = frozenset(fresh)
+    # A training class's method storing the model it builds into an attribute its class prepares.
+    for scope, names in _stored_into_prepared_attributes(a).items():
+        if len(scope) == 2 and (models := names & a.facts.models):
+            method = ".".join(scope)
+            found[method] = found.get(method, frozenset()) | models
     return found
 
 
@@ -1469,17 +1497,30 @@ def _evaluation_preparations(
 ) -> dict[str, tuple[str, ...]]:
     """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
     accelerator exists, those building a loader to prepare (``bound``: what each block binds,
-    :func:`_bound_by_block`)."""
+    :func:`_bound_by_block`). Not a loader a function returns (a factory's, ``return
+    train_loader, val_loader, num_class`` called in a trainer's ``__init__``): the caller binds it
+    and prepares it there, once."""
     facts = a.facts
     loaders = (
         set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a), a.bundle_attributes)) & facts.loaders
     )
     loaders -= a.unsharded_loaders | facts.prepared
+    returned = _returned_names(a)
     found: dict[str, tuple[str, ...]] = {}
     for function in sorted(reached):
-        built = tuple(sorted(bound.get(function, set()) & loaders))
+        built = tuple(sorted((bound.get(function, set()) - returned.get(function, set())) & loaders))
         if built:
             found[function] = built
+    return found
+
+
+def _returned_names(a: Analysis) -> dict[str, set[str]]:
+    """Module-level function → the names its ``return`` statements hand back, alone or in a
+    tuple (``return train_loader, val_loader, num_class``)."""
+    found: dict[str, set[str]] = {}
+    for function, value in a.r.returns:
+        elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+        found.setdefault(function, set()).update(name for e in elements if (name := dotted(e)) is not None)
     return found
 
 

@@ -108,7 +108,9 @@ def _imported_value_edges(conclusions: Analysis, known: frozenset[str]) -> None:
 
 def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """``train_loader, val_loader = get_dataloaders(args)`` with ``get_dataloaders`` from another
-    module of the program returning loaders: both names are loaders, prepared where they arrive."""
+    module of the program returning loaders: both names are loaders, prepared where they arrive;
+    of ``self.train_loader, self.val_loader, self.nclass = make_data_loader(args)``, those at the
+    positions it returns loaders at."""
     if not seeds.loader_factories:
         return
     positions = dict(seeds.loader_positions)

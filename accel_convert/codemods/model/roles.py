@@ -219,8 +219,9 @@ def optimizers_and_models(a: Analysis) -> None:
     builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), facts.stepped_objects)
     parameter_sources = _parameter_lists(a)
     selections: set[str] = set()  # names bound to a selection of a model's parameters
+    new_models = _built_models(a)
     for assign in a.r.assigns:
-        roots = _parameter_roots(a, assign.mentions.parameter_receivers)
+        roots = _parameter_roots(a, assign.mentions.parameter_receivers) | _model_methods_read(assign, new_models)
         held = _grouped_parameters(assign, parameter_sources)
         for target in assign.targets:
             parameter_sources.setdefault(target, set()).update(roots | held)
@@ -275,13 +276,9 @@ def _put_in_evaluation_mode(a: Analysis) -> set[str]:
     return found
 
 
-def _models_called_on_batches(a: Analysis) -> set[str]:
-    """Names bound to a new model (``best = Net()``: a ``torch.nn`` module class of the script, or
-    a library's model constructor such as ``torchvision.models.resnet18``) and called on a batch
-    of a loader in a loop over it (``best(x)``): a model to be tested, also where the script
-    neither moves it nor puts it in evaluation mode (built once training is over, loading the
-    saved weights, evaluated under ``no_grad`` alone). A module of the script called on what a
-    model returns (a criterion: ``criterion(best(x), y)``, ``loss_fn(out, y)``) is none."""
+def _built_models(a: Analysis) -> set[tuple[tuple[str, ...], str]]:
+    """(scope, name) of the names bound to a new model: a ``torch.nn`` module class of the
+    program, or a library's model constructor such as ``torchvision.models.resnet18``."""
     classes = model_classes(a)
     built: set[tuple[tuple[str, ...], str]] = set()
     for assign in a.r.assigns:
@@ -291,6 +288,30 @@ def _models_called_on_batches(a: Analysis) -> set[str]:
         qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False) or ""
         if builds_model_of_program_class(a.facts, value.func, assign.scope, classes) or is_model_constructor(qualified):
             built.update((assign.scope, target) for target in assign.targets)
+    return built
+
+
+def _model_methods_read(assign: AssignRecord, built: AbstractSet[tuple[tuple[str, ...], str]]) -> set[str]:
+    """The new models (``built``) whose own methods ``assign``'s value calls: a model handing out
+    groups of its parameters (deeplab's ``[{'params': model.get_1x_lr_params(), 'lr': lr}, ...]``,
+    the optimizer built from them trains ``model``), as ``model.parameters()`` does."""
+    return {
+        receiver
+        for node in nodes_in(assign.value)
+        if isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and (receiver := dotted(node.func.value)) is not None
+        and (assign.scope, receiver) in built
+    }
+
+
+def _models_called_on_batches(a: Analysis) -> set[str]:
+    """Names bound to a new model (``best = Net()``: see :func:`_built_models`) and called on a
+    batch of a loader in a loop over it (``best(x)``): a model to be tested, also where the script
+    neither moves it nor puts it in evaluation mode (built once training is over, loading the
+    saved weights, evaluated under ``no_grad`` alone). A module of the script called on what a
+    model returns (a criterion: ``criterion(best(x), y)``, ``loss_fn(out, y)``) is none."""
+    built = _built_models(a)
     if not built:
         return set()
     batches = _batch_values(a)

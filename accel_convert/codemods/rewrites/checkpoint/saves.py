@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 import libcst as cst
 
@@ -20,6 +21,9 @@ from accel_convert.codemods.model.file_flow import file_flow
 from accel_convert.codemods.model.locality import locality_of
 from accel_convert.codemods.model.plan import PreparesAhead
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
+
+#: A saved display whose elements may hold whole training objects.
+_Display = cst.Dict | cst.List | cst.Tuple
 
 
 class SavedValues(StatementFilter):
@@ -86,16 +90,18 @@ class SavesOnMainProcess(RuleTransformer):
         value = self._models_unwrapped_in(original_node, updated_node.value)
         return updated_node if value is updated_node.value else updated_node.with_changes(value=value)
 
-    def _models_unwrapped_in(self, original: cst.CSTNode, saved: cst.Dict) -> cst.Dict:
+    def _models_unwrapped_in(self, original: cst.CSTNode, saved: _Display) -> _Display:
         """The prepared models, optimizers and schedulers a saved dict holds as values (the whole
-        object, as SSD's and the CIFAR trainers' checkpoints keep it), unwrapped: pickled with its
-        wrapper, an object loads only where a process group (or accel-convert) is there."""
+        object, as SSD's and the CIFAR trainers' checkpoints keep it), or a saved list or tuple
+        holds (awd-lstm-lm's ``torch.save([model, criterion, optimizer], f)``), unwrapped: pickled
+        with its wrapper, an object loads only where a process group (or accel-convert) is there."""
         if not self.accelerator_reachable():
             return saved
-        elements = list(saved.elements)
+        where = "saved in a dict" if isinstance(saved, cst.Dict) else "saved in a sequence"
+        elements: list[Any] = list(saved.elements)
         for index, element in enumerate(elements):
-            if isinstance(element, cst.DictElement):
-                unwrapped = self._unwrapped(original, element.value, "saved in a dict")
+            if isinstance(element, (cst.DictElement, cst.Element)):
+                unwrapped = self._unwrapped(original, element.value, where)
                 elements[index] = element.with_changes(value=unwrapped)
         return saved.with_changes(elements=elements) if elements != list(saved.elements) else saved
 
@@ -145,7 +151,7 @@ class SavesOnMainProcess(RuleTransformer):
             and (dotted(args[0].value) is not None or isinstance(args[0].value, cst.IfExp))
         ):
             args[0] = args[0].with_changes(value=self._unwrapped(original_node, args[0].value, "saved whole"))
-        elif args and args[0].keyword is None and isinstance(args[0].value, cst.Dict):
+        elif args and args[0].keyword is None and isinstance(args[0].value, (cst.Dict, cst.List, cst.Tuple)):
             args[0] = args[0].with_changes(value=self._models_unwrapped_in(original_node, args[0].value))
         self._saves_in_line += 1
         self.saves = True
