@@ -36,7 +36,9 @@ def updates_from_parameters(module: cst.Module, facts: ScriptFacts) -> bool:
     model.parameters(), ...)``): a clipping call (``clip_grad_norm_(model.parameters(), 1.0)``,
     matched by qualified name) only clips the gradients a backward left there."""
     return any(
-        built_from_parameters(node) and facts.qualified_name(node.func) not in CLIPPERS  # type: ignore[attr-defined]
+        isinstance(node, cst.Call)
+        and built_from_parameters(node)
+        and (facts.qualified_name(node.func) or "") not in CLIPPERS
         for node in nodes_in(module)
     )
 
