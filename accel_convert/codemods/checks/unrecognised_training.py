@@ -9,8 +9,9 @@ object the converter cannot see into (``dataset.train`` of a ``Cifar`` class of 
 — would otherwise come back unchanged with nothing said, as if it needed nothing. Where something
 is built from a model's ``parameters()`` (an optimizer of some class), it is reported at each
 ``backward()`` call instead, and left as written: on several processes each would train the whole
-model on the whole data, unsynchronised. A backward with nothing built from parameters takes
-gradients for something else (a saliency map's input) and is not reported.
+model on the whole data, unsynchronised. A backward with nothing built from parameters (but a
+clipping of them: a class visualisation clips its frozen model's gradients) takes gradients for
+something else (a saliency map's input) and is not reported.
 """
 
 from __future__ import annotations
@@ -21,12 +22,25 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import built_from_parameters, nodes_in
+from accel_convert.codemods.engine.torch_names import CLIPPERS
 
 #: What is said at each ``backward()``.
 MESSAGE = (
     "backward() with no model, optimizer or DataLoader the converter recognises: nothing converted, so on several "
     "processes each would train on all the data, unsynchronised"
 )
+
+
+def updates_from_parameters(module: cst.Module, facts: ScriptFacts) -> bool:
+    """Whether ``module`` builds something from a model's parameters that may update it (``SAM(
+    model.parameters(), ...)``): a clipping call (``clip_grad_norm_(model.parameters(), 1.0)``,
+    matched by qualified name) only clips the gradients a backward left there."""
+    return any(
+        isinstance(node, cst.Call)
+        and built_from_parameters(node)
+        and (facts.qualified_name(node.func) or "") not in CLIPPERS
+        for node in nodes_in(module)
+    )
 
 
 class UnrecognisedTraining(Rule):
@@ -90,7 +104,7 @@ class UnrecognisedTraining(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        if not any(built_from_parameters(node) for node in nodes_in(module)):
+        if not updates_from_parameters(module, facts):
             # No object is built from a model's parameters: the backward takes gradients for
             # something else (a saliency map's input), and nothing is trained.
             return module, []

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.checks.unrecognised_training import updates_from_parameters
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import built_from_parameters, nodes_in
 
 #: What is said at each ``backward()``.
 MESSAGE = (
@@ -102,7 +102,7 @@ class UnsynchronisedTraining(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        if not any(built_from_parameters(node) for node in nodes_in(module)):
+        if not updates_from_parameters(module, facts):
             # Nothing is built from a model's parameters: the backward takes gradients for
             # something else (an attack's input, a saliency map), and nothing is trained.
             return module, []

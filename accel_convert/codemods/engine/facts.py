@@ -638,6 +638,9 @@ class ScriptFacts(FactQuestions):
     prepared: AbstractSet[str] = frozenset()
     #: Models that are moved to the device but not trained (no optimizer gets their parameters).
     frozen_models: AbstractSet[str] = frozenset()
+    #: Optimizers over tensors the script makes, not a model's parameters (``SGD([delta])``): they
+    #: optimise an input of a model it evaluates, so they train nothing and are not prepared.
+    input_optimizers: AbstractSet[str] = frozenset()
     #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
     loss_names: AbstractSet[str] = frozenset()
     #: Names bound by the loop targets of loops over loaders, plus names derived from them by
@@ -707,6 +710,11 @@ class ScriptFacts(FactQuestions):
     #: optimizer or updates parameters (an adversarial attack, a saliency map: gradients for an
     #: input), so they stay plain backward calls and the loops running them evaluate.
     backward_trains: bool = True
+    #: Whether the module trains on its own: it builds or receives an optimizer, builds a trained
+    #: model, steps something (not an optimizer over an input) or updates parameters by hand;
+    #: unlike ``backward_trains``, not because it is a library of a program (see
+    #: ``ProgramSeeds.program_trains``).
+    trains_here: bool = True
     #: Names of objects whose ``.backward(...)`` is a method of the file's own class, not a loss's
     #: (an L2 penalty adding to the gradients by hand, a ``torch.autograd.Function``): the class
     #: names and the names bound to their instances.
@@ -879,6 +887,7 @@ class FactsDraft(FactQuestions):
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
     prepared: set[str] = field(default_factory=set)
     frozen_models: set[str] = field(default_factory=set)
+    input_optimizers: set[str] = field(default_factory=set)
     loss_names: set[str] = field(default_factory=set)
     batch_names: set[str] = field(default_factory=set)
     batch_names_by_function: dict[str, set[str]] = field(default_factory=dict)
@@ -900,6 +909,7 @@ class FactsDraft(FactQuestions):
     backward_fed_elsewhere: bool = False
     backward_site: Site | None = None
     backward_trains: bool = True
+    trains_here: bool = True
     backward_helpers: set[str] = field(default_factory=set)
     training_backward_sites: set[Site] = field(default_factory=set)
     called: set[str] = field(default_factory=set)

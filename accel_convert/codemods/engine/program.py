@@ -249,17 +249,28 @@ class Program:
         self.home = self._home_module(seeds)
         if self.home != self.entry:
             seeds = {name: replace(seed, library=name != self.home) for name, seed in seeds.items()}
+        seeds, facts = self._rounds(seeds)
+        if not any(each.trains_here for each in facts.values()) and any(seed.library for seed in seeds.values()):
+            # No module trains (none steps an optimizer or updates parameters by hand): what a
+            # library is handed is not trained either (a saliency class of another module).
+            seeds, facts = self._rounds({name: replace(seed, program_trains=False) for name, seed in seeds.items()})
+        loggers = _file_logger_classes(facts)
+        bundles = _bundle_classes(facts)
+        return {
+            name: replace(seed, file_logger_classes=loggers, bundle_classes=bundles) for name, seed in seeds.items()
+        }
+
+    def _rounds(self, seeds: dict[str, ProgramSeeds]) -> tuple[dict[str, ProgramSeeds], dict[str, ScriptFacts]]:
+        """The rounds of analysis that carry facts across modules, from ``seeds`` until nothing
+        changes (at most :data:`MAX_ROUNDS`): the seeds reached and the last round's facts."""
+        facts: dict[str, ScriptFacts] = {}
         for _ in range(MAX_ROUNDS):
             facts = {name: analyse(m.module, m.source, seeds[name]) for name, m in self.modules.items()}
             derived = self._derive(facts, seeds)
             if derived == seeds:
                 break
             seeds = derived
-        loggers = _file_logger_classes(facts)
-        bundles = _bundle_classes(facts)
-        return {
-            name: replace(seed, file_logger_classes=loggers, bundle_classes=bundles) for name, seed in seeds.items()
-        }
+        return seeds, facts
 
     def _python_outputs(self) -> tuple[tuple[str, frozenset[int]], ...]:
         """Every module-level class of the program whose ``forward`` returns Python values, by
@@ -498,12 +509,16 @@ class Program:
         return found
 
     def _backward_functions(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> set[str]:
-        """Functions (qualified) that run a backward, directly or through what they call."""
+        """Functions (qualified) that run a backward that trains, directly or through what they
+        call: not those of a module whose backward trains nothing (gradients for an input, in a
+        program none of whose modules trains: ``ProgramSeeds.program_trains``), whose callers'
+        loops evaluate."""
         found: set[str] = set()
         for name, shape in self.shapes.items():
             module_facts = facts[name]
             trains = {loop.function for loop in module_facts.train_loops}
-            trains |= {function_at(shape, site.line) for site in module_facts.call_sites.get(".backward", ())}
+            if module_facts.backward_trains:
+                trains |= {function_at(shape, site.line) for site in module_facts.call_sites.get(".backward", ())}
             reaching = seeds[name].backward_functions
             found |= {f"{name}.{f}" for f in callers_closure(trains, module_facts.call_graph, reaching=reaching)}
         return found

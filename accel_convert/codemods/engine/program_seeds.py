@@ -32,6 +32,10 @@ class ProgramSeeds:
 
     #: The module is imported by the entry script: the accelerator comes in as a parameter.
     library: bool = False
+    #: False where no module of the program trains on its own (``ScriptFacts.trains_here``: a
+    #: saliency script importing the class that computes the map): what a library is handed is
+    #: not trained, so its backward stays plain (``model.loops._steps_something``).
+    program_trains: bool = True
     #: Role (a ScriptFacts field, see ROLES) → parameter names (file-wide, as facts are) that
     #: callers in other modules fill with an object of that role.
     parameter_roles: tuple[tuple[str, frozenset[str]], ...] = ()

@@ -24,7 +24,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_filled,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
+from accel_convert.codemods.engine.torch_names import CLIPPERS, LIST_GROWING_METHODS
 from accel_convert.codemods.model.calls import nested_function, stepped
 from accel_convert.codemods.model.classes import model_classes
 from accel_convert.codemods.model.loaders import callee_parameters
@@ -92,6 +92,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "prepared",
         "models",
         "optimizers",
+        "input_optimizers",
         "schedulers",
         "frozen_models",
         "existing_accelerator",
@@ -105,6 +106,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "backward_methods",
         "backward_site",
         "backward_trains",
+        "trains_here",
         "backward_helpers",
         "training_backward_sites",
         "loss_names",
@@ -126,6 +128,7 @@ def loops(a: Analysis) -> None:
     ``generate``. Loaders are sorted into train and eval loaders by how they are looped over."""
     facts = a.facts
     facts.backward_helpers = _backward_helpers(a)
+    facts.trains_here = _trains_here(a)
     facts.backward_trains = _steps_something(a)
     backward_functions = _functions_with_backward(a) if facts.backward_trains else set()
     facts.backward_functions = set(backward_functions)
@@ -571,30 +574,50 @@ def _is_loss_backward(a: Analysis, call: cst.Call) -> bool:
 def _steps_something(a: Analysis) -> bool:
     """Training is what steps an optimizer: whether the module builds or receives an optimizer,
     steps anything (``optimizer.step()`` on a parameter, a scheduler), or updates parameters by
-    hand (reads ``model.parameters()`` in a loop running a backward). A module that does none of
-    these takes gradients for an input (an FGSM attack's ``data.grad``, a saliency map, feature
-    visualisation): its model is not wrapped for gradient synchronisation, its ``backward()``
-    stays plain, and its loops evaluate. Another module of the program may train what this one
-    is handed (a library, a parameter seeded as a model or an optimizer): trains, as before."""
-    facts = a.facts
-    if facts.optimizers or facts.models or stepped(a):
+    hand (reads ``model.parameters()`` in a loop running a backward): :func:`_trains_here`. A
+    module that does none of these takes gradients for an input (an FGSM attack's ``data.grad``,
+    a saliency map, feature visualisation, an optimizer over the input itself:
+    ``facts.input_optimizers``): its model is not wrapped for gradient synchronisation, its
+    ``backward()`` stays plain, and its loops evaluate. Another module of the program may train
+    what this one is handed (a library, a parameter seeded as a model or an optimizer): trains,
+    as before; not a library of a program none of whose modules trains
+    (``seeds.program_trains``: a saliency script importing the class that computes the map)."""
+    if a.facts.trains_here:
         return True
     seeds = a.seeds
-    if seeds is not None and (
-        seeds.library or any(role in ("models", "optimizers") and names for role, names in seeds.parameter_roles)
-    ):
+    return seeds is not None and (
+        (seeds.library and seeds.program_trains)
+        or any(role in ("models", "optimizers") and names for role, names in seeds.parameter_roles)
+    )
+
+
+def _trains_here(a: Analysis) -> bool:
+    """Whether the module trains on its own (:func:`_steps_something` but for what another
+    module of the program may train): it builds or receives an optimizer, steps something but an
+    optimizer over an input, or updates parameters by hand."""
+    facts = a.facts
+    if facts.optimizers or facts.models or stepped(a) - facts.input_optimizers:
         return True
     return _updates_parameters_by_hand(a)
 
 
 def _updates_parameters_by_hand(a: Analysis) -> bool:
     """Whether ``model.parameters()`` is read in a loop running a backward, or iterated to read
-    each gradient in a function running one."""
+    each gradient in a function running one. Parameters handed to a clipping function
+    (``clip_grad_norm_(model.parameters(), 1.0)``) are clipped, not updated: a class
+    visualisation clips the frozen model's gradients and steps only its image."""
     backward_calls = [call for call in a.r.calls if _is_loss_backward(a, call.node)]
     backward_loops = {id(loop) for call in backward_calls for loop in call.loops}
+    clipped = {
+        id(arg.value)
+        for call in a.r.calls
+        if a.r.names.qualified_name(call.node.func, call.scope, strict=False) in CLIPPERS
+        for arg in call.node.args
+    }
     if any(
         isinstance(call.node.func, cst.Attribute)
         and call.node.func.attr.value in ("parameters", "named_parameters")
+        and id(call.node) not in clipped
         and any(id(loop) in backward_loops for loop in call.loops)
         for call in a.r.calls
     ):

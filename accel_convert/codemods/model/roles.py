@@ -209,17 +209,33 @@ def stepped_objects(a: Analysis) -> None:
 
 @provider(
     needs=("device_names", "train_loaders", "stepped_objects", "model_factories"),
-    provides=("optimizers", "models", "frozen_models", "optimizer_home", "optimizer_methods"),
+    provides=(
+        "optimizers",
+        "models",
+        "frozen_models",
+        "optimizer_home",
+        "optimizer_methods",
+        "input_optimizers",
+    ),
     refines=("schedulers",),
 )
 def optimizers_and_models(a: Analysis) -> None:
     """Optimizers (by constructor, a factory of the file, a model's ``configure_optimizers``) and
-    the models they get the parameters of; models moved to the device but never trained."""
+    the models they get the parameters of; models moved to the device but never trained.
+
+    Training is what steps an optimizer over a model's parameters: an optimizer over tensors the
+    script makes (``SGD([delta])``, ``Adam([self.processed_image])``), in a module that runs a
+    model it evaluates, optimises an *input* of that model (an adversarial perturbation, a class
+    visualisation, deep dream): it is no optimizer here (``facts.input_optimizers``), so it is not
+    prepared, its steps train nothing, and its loops evaluate (:func:`_optimised_inputs`)."""
     facts = a.facts
     builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), facts.stepped_objects)
     parameter_sources = _parameter_lists(a)
     selections: set[str] = set()  # names bound to a selection of a model's parameters
     new_models = _built_models(a)
+    moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
+    moved |= _put_in_evaluation_mode(a)
+    moved |= _models_called_on_batches(a)
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers) | _model_methods_read(assign, new_models)
         held = _grouped_parameters(assign, parameter_sources)
@@ -234,6 +250,9 @@ def optimizers_and_models(a: Analysis) -> None:
                 # the object itself is no optimizer ``prepare`` knows, so it stays as it is.
                 facts.models.update(roots - {_instance_name(a, assign.scope)})
             continue
+        if built is _PARAMETERS_PASSED and not roots and moved and _optimised_inputs(a, assign, parameter_sources):
+            facts.input_optimizers.update(assign.targets)
+            continue
         roots = set(built) if built is not _PARAMETERS_PASSED else roots
         facts.optimizers.update(assign.targets)
         if a.optimizer_home is None:
@@ -245,15 +264,58 @@ def optimizers_and_models(a: Analysis) -> None:
         facts.models.update(roots - {_instance_name(a, assign.scope)})
     _inline_optimizers(a)
     _returned_together(a)
-    moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
-    moved |= _put_in_evaluation_mode(a)
-    moved |= _models_called_on_batches(a)
     facts.frozen_models = {
         name
         for name in moved - facts.models
         # The loaders built so far: all in ``train_loaders`` until the loops sort them.
         if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
     }
+
+
+#: ``torch.nn.Parameter``: a tensor built as one is a parameter trained by hand (a temperature).
+_PARAMETER_CONSTRUCTORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def _optimised_inputs(a: Analysis, assign: AssignRecord, parameter_sources: dict[str, set[str]]) -> bool:
+    """Whether the optimizer ``assign`` builds is given a list of tensors the script makes and
+    nothing else (``SGD([delta], lr=0.05)``, ``Adam([self.processed_image])``, ``params=[image]``):
+    none holds a model's parameters, is used as a module (``.to``, ``.parameters()``, a part of
+    one: ``model.fc.weight``), is built as an ``nn.Parameter``, or is an attribute of a model
+    class's own instance (``SGD([self.w])`` in the model's method)."""
+    value = constructed(assign.value)
+    if not isinstance(value, cst.Call):
+        return False
+    argument = argument_for(value, 0, "params")
+    given = argument.value if argument is not None else None
+    if not isinstance(given, (cst.List, cst.Tuple)) or not given.elements:
+        return False
+    instance = _instance_name(a, assign.scope)
+    own = instance if instance is not None and assign.scope[0] in model_classes(a) else None
+    for element in given.elements:
+        name = dotted(element.value) if isinstance(element, cst.Element) else None
+        if name is None or parameter_sources.get(name) or parameter_sources.get(name.split(".")[0]):
+            return False
+        parts = name.split(".")
+        if own is not None and parts[0] == own:
+            return False
+        if any(_used_as_module(a, ".".join(parts[:k]), _ONLY_MODULE_METHODS) for k in range(1, len(parts) + 1)):
+            return False
+        if _built_as_parameter(a, name):
+            return False
+    return True
+
+
+def _built_as_parameter(a: Analysis, name: str) -> bool:
+    """Whether the script binds ``name`` to a new ``nn.Parameter`` anywhere."""
+    for assign in a.r.assigns:
+        if name not in assign.targets:
+            continue
+        value = constructed(assign.value)
+        if isinstance(value, cst.Call):
+            qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
+            if qualified in _PARAMETER_CONSTRUCTORS:
+                return True
+    return False
 
 
 def _instance_name(a: Analysis, scope: tuple[str, ...]) -> str | None:
@@ -702,11 +764,16 @@ def _parameter_roots(a: Analysis, receivers: set[str]) -> set[str]:
 _MODULE_METHODS = frozenset({"to", "cuda", "parameters", "named_parameters", "state_dict", "eval", "train"})
 
 
-def _used_as_module(a: Analysis, name: str) -> bool:
-    """Whether the script calls a module's own method on ``name`` (``model_conv.to(device)``)."""
+#: Methods of a module a tensor does not have (a tensor is moved with ``.to``/``.cuda`` too).
+_ONLY_MODULE_METHODS = _MODULE_METHODS - {"to", "cuda"}
+
+
+def _used_as_module(a: Analysis, name: str, methods: AbstractSet[str] = _MODULE_METHODS) -> bool:
+    """Whether the script calls a module's own method (one of ``methods``) on ``name``
+    (``model_conv.to(device)``)."""
     return any(
         isinstance(call.node.func, cst.Attribute)
-        and call.node.func.attr.value in _MODULE_METHODS
+        and call.node.func.attr.value in methods
         and dotted(call.node.func.value) == name
         for call in a.r.calls
     )

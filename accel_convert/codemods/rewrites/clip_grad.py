@@ -4,6 +4,10 @@
 accumulation, clips the accumulated gradients. Calls are matched by qualified name, so
 ``torch.nn.utils.clip_grad_norm_``, ``nn.utils.clip_grad_norm_``, a ``from torch.nn.utils import
 clip_grad_norm_`` and any alias of them are all found; ``clip_grad_value_`` likewise.
+
+Left as written: the clipping in a module that trains nothing (a class visualisation clipping the
+frozen model's gradients while an optimizer steps its image): its backward stays plain, so there
+is nothing to unscale.
 """
 
 from __future__ import annotations
@@ -160,7 +164,9 @@ class ClipGrad(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(facts.called & CLIPPERS.keys())
+        # A module that trains nothing (gradients for an input) keeps its backward plain, so its
+        # gradients are not scaled: they are clipped as written (``facts.backward_trains``).
+        return facts.has_accelerator and facts.backward_trains and bool(facts.called & CLIPPERS.keys())
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _ClipGrad(facts, facts.existing_accelerator or facts.accelerator_name)
