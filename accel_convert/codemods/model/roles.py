@@ -20,6 +20,7 @@ from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
     CUDA_AVAILABILITY,
     LIST_GROWING_METHODS,
+    PARAMETER_CONSTRUCTORS,
     TRACKER_CONSTRUCTORS,
     is_model_constructor,
     is_optimizer,
@@ -268,10 +269,6 @@ def optimizers_and_models(a: Analysis) -> None:
     }
 
 
-#: ``torch.nn.Parameter``: a tensor built as one is a parameter trained by hand (a temperature).
-_PARAMETER_CONSTRUCTORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
-
-
 def _optimised_inputs(a: Analysis, assign: AssignRecord, parameter_sources: dict[str, set[str]]) -> bool:
     """Whether the optimizer ``assign`` builds is given a list of tensors the script makes and
     nothing else (``SGD([delta], lr=0.05)``, ``Adam([self.processed_image])``, ``params=[image]``):
@@ -309,7 +306,7 @@ def _built_as_parameter(a: Analysis, name: str) -> bool:
         value = constructed(assign.value)
         if isinstance(value, cst.Call):
             qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
-            if qualified in _PARAMETER_CONSTRUCTORS:
+            if qualified in PARAMETER_CONSTRUCTORS:
                 return True
     return False
 
