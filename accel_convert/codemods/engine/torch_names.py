@@ -125,6 +125,10 @@ DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu"})
 SELF_RETURNING_METHODS = frozenset({"train", "eval", "float", "double", "half", "requires_grad_"})
 #: The device types a script compares its device string with (``device == "cuda"``).
 DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu"})
+#: ``torch.nn.Parameter``: a tensor built as one is a parameter trained by hand (a temperature),
+#: not an input an optimizer optimises (``model.roles``).
+PARAMETER_CONSTRUCTORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
 #: Qualified name of a clipping function → the accelerator's method that replaces it.
 CLIPPERS = {
     "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",

@@ -20,6 +20,7 @@ from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
     CUDA_AVAILABILITY,
     LIST_GROWING_METHODS,
+    PARAMETER_CONSTRUCTORS,
     TRACKER_CONSTRUCTORS,
     is_model_constructor,
     is_optimizer,
@@ -227,7 +228,7 @@ def optimizers_and_models(a: Analysis) -> None:
     script makes (``SGD([delta])``, ``Adam([self.processed_image])``), in a module that runs a
     model it evaluates, optimises an *input* of that model (an adversarial perturbation, a class
     visualisation, deep dream): it is no optimizer here (``facts.input_optimizers``), so it is not
-    prepared, its steps train nothing, and its loops evaluate (:func:`_optimised_inputs`)."""
+    prepared, its steps train nothing, and its loops evaluate (:func:`_optimises_an_input`)."""
     facts = a.facts
     builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), facts.stepped_objects)
     parameter_sources = _parameter_lists(a)
@@ -250,7 +251,7 @@ def optimizers_and_models(a: Analysis) -> None:
                 # the object itself is no optimizer ``prepare`` knows, so it stays as it is.
                 facts.models.update(roots - {_instance_name(a, assign.scope)})
             continue
-        if built is _PARAMETERS_PASSED and not roots and moved and _optimised_inputs(a, assign, parameter_sources):
+        if _optimises_an_input(a, assign, built is _PARAMETERS_PASSED and not roots and bool(moved), parameter_sources):
             facts.input_optimizers.update(assign.targets)
             continue
         roots = set(built) if built is not _PARAMETERS_PASSED else roots
@@ -272,8 +273,11 @@ def optimizers_and_models(a: Analysis) -> None:
     }
 
 
-#: ``torch.nn.Parameter``: a tensor built as one is a parameter trained by hand (a temperature).
-_PARAMETER_CONSTRUCTORS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+def _optimises_an_input(a: Analysis, assign: AssignRecord, plain: bool, parameter_sources: dict[str, set[str]]) -> bool:
+    """Whether the optimizer ``assign`` builds is an input optimizer: ``plain`` (built by a
+    constructor, given no model's ``.parameters()``, in a module running a model it evaluates)
+    and given tensors the script makes (:func:`_optimised_inputs`)."""
+    return plain and _optimised_inputs(a, assign, parameter_sources)
 
 
 def _optimised_inputs(a: Analysis, assign: AssignRecord, parameter_sources: dict[str, set[str]]) -> bool:
@@ -313,7 +317,7 @@ def _built_as_parameter(a: Analysis, name: str) -> bool:
         value = constructed(assign.value)
         if isinstance(value, cst.Call):
             qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
-            if qualified in _PARAMETER_CONSTRUCTORS:
+            if qualified in PARAMETER_CONSTRUCTORS:
                 return True
     return False
 
