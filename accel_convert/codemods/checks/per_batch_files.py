@@ -139,6 +139,7 @@ class PerBatchFiles(WalkingCheck):
                 import torch
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
+                from accel_convert.runtime.utils import send_to_device
                 from torch.utils.data import DataLoader, TensorDataset
 
                 torch.manual_seed(0)
@@ -155,6 +156,7 @@ class PerBatchFiles(WalkingCheck):
                 model.eval()
                 with torch.no_grad():
                     for i, (x,) in enumerate(test_loader):
+                        (x,) = send_to_device((x,), accelerator.device)
                         accelerator.save(model(x), f"pred_{i}.pt")
             """,
             leaves_alone=True,

@@ -186,6 +186,7 @@ class PerRankFiles(Rule):
                 import torch
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
+                from accel_convert.runtime.utils import send_to_device
                 from torch.utils.data import DataLoader, TensorDataset
 
                 torch.manual_seed(0)
@@ -202,6 +203,7 @@ class PerRankFiles(Rule):
                 model.eval()
                 with torch.no_grad():
                     for i, (x,) in enumerate(test_loader):
+                        (x,) = send_to_device((x,), accelerator.device)
                         accelerator.save(model(x), f"pred_{i}.pt")
             """,
             leaves_alone=True,
