@@ -21,6 +21,9 @@ RETRIED_BATCH_SIZE = "batch_size"
 #: The line each attempt of the retried training prints (``format`` takes the batch size): the
 #: only output a conversion adds on purpose, which ``verify`` leaves out of its comparisons.
 RETRY_ANNOUNCEMENT = "Training with batch size {}"
+#: The function a converted loop moves its batch with where no ``prepare`` does (a loader left
+#: unsharded, ACC127): ``accelerate.utils``'s, and the runtime's of the same name and behaviour.
+BATCH_MOVER = "send_to_device"
 
 #: Longest one-line prepare statement before the arguments go on their own line.
 PREPARE_LINE_LIMIT = 100

@@ -8,7 +8,7 @@ from typing import Literal
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import seen_through_unwrap
+from accel_convert.codemods.engine.accelerator_code import BATCH_MOVER, seen_through_unwrap
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
@@ -755,10 +755,6 @@ def batch_names(a: Analysis) -> None:
     _take_batch_data(a, by_function)
 
 
-#: What a loop calls once its batches are moved: a converted script's loop, converted again.
-_BATCH_MOVER = "send_to_device"
-
-
 def _unmoved_unsharded_batches(a: Analysis) -> dict[int, LoopRecord]:
     """The loops over a loader left unsharded (every process reads every batch where the
     original put it, on the CPU) that call a model — prepared, so on the accelerator's device —
@@ -773,18 +769,16 @@ def _unmoved_unsharded_batches(a: Analysis) -> dict[int, LoopRecord]:
     moves: set[int] = set()
     feeds: set[int] = set()
     for call in a.r.calls:
+        inside = [id(loop) for loop in call.loops if id(loop) in unsharded]
+        if not inside:
+            continue
         func = call.node.func
         callee = dotted(func) or ""
-        moving = isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")
-        moved_here = callee == _BATCH_MOVER
-        model = any(callee == name or callee.startswith(name + ".") for name in models)
-        for loop in call.loops:
-            if id(loop) not in unsharded:
-                continue
-            if moving:
-                moves.add(id(loop))
-            if model or moved_here:
-                feeds.add(id(loop))
+        if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda"):
+            moves.update(inside)
+        # A converted script's loop, converted again, calls the mover: still one of these.
+        if callee == BATCH_MOVER or any(callee == name or callee.startswith(name + ".") for name in models):
+            feeds.update(inside)
     return {key: loop for key, loop in unsharded.items() if key in feeds and key not in moves}
 
 

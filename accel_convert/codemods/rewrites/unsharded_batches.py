@@ -24,6 +24,7 @@ from typing import cast
 
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_code import BATCH_MOVER
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.iteration import batch_target
@@ -32,9 +33,6 @@ from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, R
 from accel_convert.codemods.engine.syntax import dotted, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
-#: The function moving a batch (a tensor or any nesting of tuples, lists and dicts of them):
-#: ``accelerate.utils``'s, and the runtime's of the same name and behaviour.
-MOVER = "send_to_device"
 MESSAGE = "the batch of a loader left unsharded moves to the prepared model's device, as prepare would move it"
 UNREACHABLE = (
     "a loader left unsharded feeds a prepared model where the accelerator is not reachable: batches stay on the CPU"
@@ -64,7 +62,7 @@ class _BatchesMoved(RuleTransformer):
             plain = batch.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # ``(x,)``
         written = _CODE.code_for_node(plain)
         moved = f"({written})" if isinstance(batch, cst.Tuple) and len(batch.elements) > 1 else written
-        line = statement(f"{written} = {MOVER}({moved}, {_CODE.code_for_node(accelerator)}.device)")
+        line = statement(f"{written} = {BATCH_MOVER}({moved}, {_CODE.code_for_node(accelerator)}.device)")
         body = updated_node.body
         if isinstance(body, cst.IndentedBlock):
             block = body.with_changes(body=[line, *body.body])
@@ -80,12 +78,16 @@ def _moves_first(loop: cst.For) -> bool:
     body = loop.body
     first = body.body[0] if isinstance(body, cst.IndentedBlock) and body.body else None
     small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and first.body else None
-    return isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and dotted(small.value.func) == MOVER
+    return (
+        isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and dotted(small.value.func) == BATCH_MOVER
+    )
 
 
 def _with_import(module: cst.Module, options: Options) -> cst.Module:
     """``send_to_device`` imported from the target's utilities (where isort would put it)."""
-    line = cast(cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module}.utils import {MOVER}"))
+    line = cast(
+        cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module}.utils import {BATCH_MOVER}")
+    )
     return add_import(module, line, options.import_style)
 
 
