@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accel_convert.codemods.rewrites.dataparallel import DataParallelCodemod
-from tests.codemods.support import assert_rewrites
+from tests.codemods.support import apply, assert_rewrites
 
 DATAPARALLEL_CASES = [
     pytest.param(
@@ -82,3 +82,18 @@ DATAPARALLEL_CASES = [
 def test_dataparallel(before: str, after: str) -> None:
     changes = assert_rewrites(DataParallelCodemod(), before, after)
     assert changes and all(c.code == "ACC110" for c in changes)
+
+
+def test_a_block_that_keeps_statements_is_never_taken_for_an_emptied_one() -> None:
+    # Each emptied ``if`` goes, and its emptied block is freed with it; the next ``if``'s block,
+    # rebuilt without its DataParallel line, is then often allocated where that block was. A pass
+    # that remembered emptied blocks by their address alone removed that ``if`` and its print.
+    wrapped_twice = "".join(
+        f"if use_dp:\n    model = nn.DataParallel(model)\nif use_dp:\n    model = nn.DataParallel(model)\n"
+        f"    print('kept {index}')\n"
+        for index in range(40)
+    )
+    source = f"import torch.nn as nn\n\nmodel = nn.Linear(4, 2)\nuse_dp = True\n{wrapped_twice}"
+    output, _ = apply(DataParallelCodemod(), source, preamble="")
+    assert len([line for line in output.splitlines() if "print('kept" in line]) == 40
+    assert "DataParallel(" not in output

@@ -192,7 +192,9 @@ class DataParallelCodemod(Rule):
 class _DataParallelRemover(RuleTransformer):
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
-        self._emptied_blocks: set[int] = set()
+        #: The blocks this pass emptied (by identity), kept alive here: an id alone could be taken
+        #: by a new block once an emptied one's statement is removed, and that block would go too.
+        self._emptied_blocks: dict[int, cst.IndentedBlock] = {}
         self._removing_line = False
         #: Statement lines the walk enters (by identity): only those can lose a ``model = model``.
         self._entered_lines: set[int] = set()
@@ -287,7 +289,7 @@ class _DataParallelRemover(RuleTransformer):
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if original_node.body and not updated_node.body:
             emptied = updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
-            self._emptied_blocks.add(id(emptied))
+            self._emptied_blocks[id(emptied)] = emptied
             return emptied
         return updated_node
 

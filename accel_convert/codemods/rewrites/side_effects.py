@@ -893,7 +893,9 @@ class _MainProcessGuard(RuleTransformer):
         #: (``wandb.config.lr``).
         self._trackers_read: Mapping[str, str] = trackers_read or {}
         self._guarded_depth = 0
-        self._original_of: dict[int, cst.CSTNode] = {}
+        #: Each node this walk left (by identity) → (that node, the original it was made from): the
+        #: node is held so that its id is not taken by a later one while the walk still asks.
+        self._original_of: dict[int, tuple[cst.CSTNode, cst.CSTNode]] = {}
         #: Original positions of the calls of download functions that stand where the downloads
         #: rule puts them under ``main_process_first`` (a statement every rank reaches, where the
         #: accelerator is).
@@ -1003,7 +1005,7 @@ class _MainProcessGuard(RuleTransformer):
         call = self._kept_handle_open(statement)
         if call is None:
             return None
-        original = self._original_of.get(id(statement), statement)
+        original = self._original(statement)
         site = self.site(call)
         reason = self.facts.handles_left_on_every_rank.get((site.line, site.column))
         if reason is None and (site.line, site.column) not in self.facts.handles_main_process_writes:
@@ -1079,10 +1081,14 @@ class _MainProcessGuard(RuleTransformer):
         elsewhere = call.with_changes(args=[first.with_changes(value=devnull), *args[1:]])
         return cst.IfExp(test=self._main_process(), body=call, orelse=elsewhere)
 
+    def _original(self, statement: cst.CSTNode) -> cst.CSTNode:
+        """The original node ``statement`` was made from (itself where this walk did not make it)."""
+        return self._original_of.get(id(statement), (statement, statement))[1]
+
     def leaving_node(self, original_node, updated_node):
         result = super().leaving_node(original_node, updated_node)
         if isinstance(result, cst.CSTNode):
-            self._original_of[id(result)] = original_node
+            self._original_of[id(result)] = (result, original_node)
         return result
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
@@ -1118,9 +1124,7 @@ class _MainProcessGuard(RuleTransformer):
             call = self._kept_handle_open(statement)
             site = None if call is None else self.site(call)
             if site is not None and ((site.line, site.column) in main_only or (site.line, site.column) in left):
-                self.findings.add(
-                    self._original_of.get(id(statement), statement), "ACC916", KEPT_HANDLE_UNREACHABLE, False
-                )
+                self.findings.add(self._original(statement), "ACC916", KEPT_HANDLE_UNREACHABLE, False)
 
     def _report_kept_by_loggers(self) -> None:
         """The file a logger class keeps open for writing, reported (ACC916) unless every instance
@@ -1225,7 +1229,7 @@ class _MainProcessGuard(RuleTransformer):
         main process alone a failed fetch would skip the barrier the other ranks wait at."""
         if not (_fetches(statement, self.facts, self.scope) and self.error_caught_here(fetching=True)):
             return False
-        self.findings.add(self._original_of.get(id(statement), statement), "ACC916", UNGUARDED_FETCH, False)
+        self.findings.add(self._original(statement), "ACC916", UNGUARDED_FETCH, False)
         return True
 
     def _folder_made_by_each_caller(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
@@ -1253,7 +1257,7 @@ class _MainProcessGuard(RuleTransformer):
             return None
         assert isinstance(statement, cst.SimpleStatementLine)
         self.findings.add(
-            self._original_of.get(id(statement), statement),
+            self._original(statement),
             SideEffectsCodemod.code,
             "folder created in a function some rank may not call: os.makedirs(..., exist_ok=True) on every rank "
             "calling it (a barrier there would wait for the others), so that the ranks racing to create it all "
@@ -1266,7 +1270,7 @@ class _MainProcessGuard(RuleTransformer):
         """A folder created or deleted where not every rank would reach a barrier: left to run on
         every rank and reported (in the script's download function, only once it is known
         whether every call of it runs under ``main_process_first``)."""
-        original = self._original_of.get(id(statement), statement)
+        original = self._original(statement)
         if kind == "folder" and self.scope and self.scope[0] in self.facts.download_functions:
             self._in_download_functions.setdefault(self.scope[0], []).append(original)
         else:
@@ -1292,7 +1296,7 @@ class _MainProcessGuard(RuleTransformer):
         if read:
             attribute = self._trackers_read[read[0]]
             self.findings.add(
-                self._original_of.get(id(statement), statement),
+                self._original(statement),
                 "ACC916",
                 f"{read[0]}'s attributes ({read[0]}.{attribute} ...) are read by code every rank runs: the tracker "
                 "is created on every rank (its logging calls on the main process only, the other ranks' files stay "
@@ -1301,7 +1305,7 @@ class _MainProcessGuard(RuleTransformer):
             )
             return None
         self.findings.add(
-            self._original_of.get(id(statement), statement),
+            self._original(statement),
             SideEffectsCodemod.code,
             "tracker created on the main process only (None on the others)",
             True,
@@ -1326,7 +1330,7 @@ class _MainProcessGuard(RuleTransformer):
         for cls in built.classes:
             self._loggers_on_main_process[cls] = self._loggers_on_main_process.get(cls, 0) + 1
         self.findings.add(
-            self._original_of.get(id(statement), statement),
+            self._original(statement),
             SideEffectsCodemod.code,
             "logger built in the call on the main process only (None on the others)",
             True,
@@ -1351,7 +1355,7 @@ class _MainProcessGuard(RuleTransformer):
         if name in TRACKER_CONSTRUCTORS:
             read = self._trackers_read["wandb"]
             self.findings.add(
-                self._original_of.get(id(statement), statement),
+                self._original(statement),
                 "ACC916",
                 f"{read} is read by code every rank runs: wandb.init stays on every rank, so each process starts "
                 "a run of its own (its logging calls stay on the main process); under a sweep agent, check that "
@@ -1369,7 +1373,7 @@ class _MainProcessGuard(RuleTransformer):
             "experiment tracking on the main process only" if kind == "track" else "file write on the main process only"
         )
         for statement in run:
-            self.findings.add(self._original_of.get(id(statement), statement), SideEffectsCodemod.code, message, True)
+            self.findings.add(self._original(statement), SideEffectsCodemod.code, message, True)
         if kind == "track":
             return [guard]  # nothing reads what a tracker logs: no rank waits for it
         barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
@@ -1406,7 +1410,7 @@ class _MainProcessGuard(RuleTransformer):
             assert isinstance(statement, cst.SimpleStatementLine)
             result[index] = statement.with_changes(body=[statement.body[0].with_changes(value=_with_exist_ok(call))])
             self.findings.add(
-                self._original_of.get(id(statement), statement),
+                self._original(statement),
                 SideEffectsCodemod.code,
                 "folder created where no accelerator is: os.makedirs(..., exist_ok=True), so that the ranks racing "
                 "to create it all find it",
@@ -1432,7 +1436,7 @@ class _MainProcessGuard(RuleTransformer):
                 message = KEPT_FILE_UNREACHABLE if in_logger else KEPT_HANDLE_UNREACHABLE
             else:
                 continue
-            original = self._original_of.get(id(statement), statement)
+            original = self._original(statement)
             if kind in (None, "write") and self.scope and self.scope[0] in self.facts.file_logger_classes:
                 # A logger class's file: known once every construction of the class is seen (see
                 # leave_Module).
