@@ -82,7 +82,11 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
-    """Every rank's list items replaced by ``from_process``'s (in place)."""
+    """Every rank's list items replaced by ``from_process``'s (in place). Like Accelerate's, it
+    joins the process group first where nothing has yet (a run folder named on import)."""
+    from accel_convert.runtime.state_objects import PartialState
+
+    PartialState()
     return collectives.broadcast_object_list(object_list, from_process)
 
 

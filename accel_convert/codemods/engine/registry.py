@@ -70,6 +70,8 @@ REWRITE_MODULES: tuple[str, ...] = (
     "pass_accelerator",
     # Before the checks: unseeded-random reports the draws it could not make agree (ACC923).
     "agreed_random",
+    # Anywhere after the accelerator's creation is placed: the agreement needs none (ACC128).
+    "agreed_paths",
 )
 
 

@@ -395,6 +395,32 @@ PER_PROCESS_PATHS = frozenset(
     }
 )
 
+#: Calls whose result each process decides for itself: the clock, its process id, a fresh id, and
+#: the listing of a folder at the moment it is read (another process may have just added to it). A
+#: run folder named from one differs between the processes.
+DECIDED_PER_PROCESS = frozenset(
+    {
+        "time.time",
+        "time.time_ns",
+        "time.strftime",
+        "time.ctime",
+        "time.localtime",
+        "time.gmtime",
+        "time.asctime",
+        "datetime.datetime.now",
+        "datetime.datetime.today",
+        "datetime.datetime.utcnow",
+        "datetime.date.today",
+        "uuid.uuid1",
+        "uuid.uuid4",
+        "os.getpid",
+        "glob.glob",
+        "glob.iglob",
+        "os.listdir",
+        "os.scandir",
+    }
+)
+
 #: Layers that take and return ``(sequence, batch, ...)`` tensors unless built with
 #: ``batch_first=True`` (``nn.TransformerEncoder``/``Decoder`` follow the layer they stack).
 SEQUENCE_FIRST_LAYERS = frozenset(

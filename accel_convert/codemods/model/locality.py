@@ -54,9 +54,12 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
+    CHECKPOINT_WRITES,
     COLLECTING_METHODS,
     COLLECTIVE_ACCELERATOR_METHODS,
+    DECIDED_PER_PROCESS,
     ENDLESS_COUNTERS,
+    FOLDER_FUNCTIONS,
     LIBRARY_OS_ERRORS,
     LIST_GROWING_METHODS,
     MEAN_LOSSES,
@@ -66,6 +69,8 @@ from accel_convert.codemods.engine.torch_names import (
     PROGRESS_BARS,
     RANDOM_SPLITS,
     STATE_LOADING_METHODS,
+    TRACKER_CONSTRUCTORS,
+    WRITING_FUNCTIONS,
     initialises_at_random,
     is_loss_function,
     is_loss_module,
@@ -130,6 +135,80 @@ def per_process_paths(a: Analysis) -> None:
             if creates or (builds_path and assign.names & found):
                 found.update(assign.targets)
         found.update(_parameters_given(a, found))
+
+
+#: Calls a path goes into: a file opened, a folder made, a checkpoint saved or loaded, a file
+#: written, a tracker's log folder.
+_PATH_USES = (
+    FOLDER_FUNCTIONS | WRITING_FUNCTIONS | TRACKER_CONSTRUCTORS | set(CHECKPOINT_WRITES) | set(CHECKPOINT_READS)
+)
+
+
+def paths_decided_per_process(a: Analysis) -> tuple[Site, ...]:
+    """Assignments binding what each process decides for itself (:data:`DECIDED_PER_PROCESS`) from
+    which the program builds a path it uses: ``stamp = datetime.now().strftime(...)`` then
+    ``run_dir = os.path.join("runs", stamp)`` and ``torch.save(..., os.path.join(run_dir,
+    "best.pt"))``; ``self.runs = sorted(glob.glob("run/experiment_*"))``, numbered from, while the
+    main process makes the next folder. Each process would name a folder of its own, and one then
+    reads a file only another wrote, in a folder of its own name. The processes take rank 0's value
+    right after such an assignment (ACC128). Locals follow within their function, attributes
+    (``self.experiment_dir``) anywhere in the module."""
+    sources = [
+        assign
+        for assign in a.r.assigns
+        if any(
+            a.r.names.qualified_name(call.func, assign.scope) in DECIDED_PER_PROCESS for call in calls_in(assign.value)
+        )
+    ]
+    if not sources:
+        return ()
+    used = _names_in_path_uses(a)
+    used_anywhere = {name for name, _ in used}
+    found = []
+    for source in sources:
+        # A module-level name is a global every function may read.
+        everywhere = source.function == MODULE
+        derived = set(source.targets)
+        for _ in range(4):  # a name built from a name built from the stamp
+            derived |= {
+                target
+                for assign in a.r.assigns
+                if _reads_derived(assign.value, derived, same_function=everywhere or assign.function == source.function)
+                for target in assign.targets
+            }
+        if any(
+            (name, source.function) in used or (("." in name or everywhere) and name in used_anywhere)
+            for name in derived
+        ):
+            found.append(a.site(source.node))
+    return tuple(found)
+
+
+def _reads_derived(value: cst.BaseExpression, names: AbstractSet[str], *, same_function: bool) -> bool:
+    """Whether ``value`` reads one of ``names``: a local only in its own function (``same_function``),
+    an attribute path (``self.run_dir``) anywhere."""
+    return any(
+        read in names and (same_function or "." in read)
+        for node in nodes_in(value)
+        if type(node) in (cst.Name, cst.Attribute) and (read := dotted(node)) is not None
+    )
+
+
+def _names_in_path_uses(a: Analysis) -> set[tuple[str, str]]:
+    """(name, function) of every name or attribute path read in the arguments of a call a path
+    goes into (:data:`_PATH_USES`, the builtin ``open``)."""
+    used: set[tuple[str, str]] = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if a.qualified(call) not in _PATH_USES and a.r.names.builtin(func, call.scope) != "open":
+            continue
+        for arg in call.node.args:
+            used.update(
+                (read, call.function)
+                for node in nodes_in(arg.value)
+                if type(node) in (cst.Name, cst.Attribute) and (read := dotted(node)) is not None
+            )
+    return used
 
 
 def _parameters_given(a: Analysis, paths: set[str]) -> set[str]:
@@ -1219,6 +1298,10 @@ class Locality:
     rank_dependent_schedule_steps: tuple[Site, ...] = ()
     #: Draws from a global generator before any seed that decide what the processes share.
     shared_draws: tuple[Site, ...] = ()
+    #: Assignments binding what each process decides for itself (a time stamp, its process id, a
+    #: fresh id, a folder listing: :data:`DECIDED_PER_PROCESS`) from which the program builds a
+    #: path it opens, makes, saves to or loads from: see :func:`paths_decided_per_process`.
+    decided_per_process: tuple[Site, ...] = ()
     #: Per function (``"<module>"``, a class's name for its methods): the names bound to a
     #: ``torch.nn`` loss module averaging over this process's batch (``criterion = nn.MSELoss()``).
     batch_mean_losses: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
@@ -1331,6 +1414,7 @@ def locality(a: Analysis) -> Locality:
         agreeable_breaks=tuple(facts.agreeable_breaks),
         rank_dependent_schedule_steps=tuple(facts.rank_dependent_schedule_steps),
         shared_draws=tuple(facts.shared_draws),
+        decided_per_process=paths_decided_per_process(a),
         batch_mean_losses=_batch_mean_losses(a),
         per_rank_sums=_per_rank_sums(a),
         called_on_some_ranks=reach.called_on_some_ranks,
