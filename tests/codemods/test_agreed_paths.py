@@ -120,3 +120,62 @@ def test_a_name_only_the_main_process_makes_is_not_agreed() -> None:
     )
     assert not any("broadcast_object_list" in line for line in lines)
     assert "ACC128" not in codes
+
+
+def test_a_stamp_in_a_file_logger_or_a_dataset_is_not_agreed() -> None:
+    # The logger is built on the main process alone, the dataset's items in loader workers: a
+    # broadcast in either would wait for processes that never come.
+    lines, codes = converted(
+        """
+
+        class CSVLogger:
+            def __init__(self):
+                self.path = f"logs/{time.strftime('%H%M%S')}.csv"
+                self.file = open(self.path, "w")
+
+            def write(self, row):
+                self.file.write(row)
+
+
+        class Noisy(torch.utils.data.Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, index):
+                name = f"samples/{uuid.uuid4().hex}.pt"
+                torch.save(torch.randn(4), name)
+                return torch.load(name)
+
+
+        def main():
+            log = CSVLogger()
+            train()
+            log.write("done")
+        """
+    )
+    assert not any("broadcast_object_list" in line for line in lines)
+    assert "ACC128" not in codes
+
+
+def test_a_folder_counted_past_in_a_helper_is_agreed_after_the_count() -> None:
+    # YOLO's increment_path: the main process may make runs/exp2 before another counts, which
+    # would then go on to runs/exp3. The count is agreed after the loop, never inside it.
+    lines, codes = converted(
+        """
+        def increment_path(path):
+            n = 0
+            while os.path.exists(f"{path}{n}"):
+                n += 1
+            return f"{path}{n}"
+
+
+        def main():
+            save_dir = increment_path("runs/exp")
+            os.makedirs(save_dir, exist_ok=True)
+            torch.save(train().state_dict(), os.path.join(save_dir, "last.pt"))
+        """
+    )
+    counted = lines.index("n += 1")
+    assert lines[counted + 1] == "n = broadcast_object_list([n])[0]"
+    assert lines[counted + 2] == 'return f"{path}{n}"'
+    assert codes.count("ACC128") == 1

@@ -144,44 +144,101 @@ _PATH_USES = (
 )
 
 
-def paths_decided_per_process(a: Analysis) -> tuple[Site, ...]:
-    """Assignments binding what each process decides for itself (:data:`DECIDED_PER_PROCESS`) from
-    which the program builds a path it uses: ``stamp = datetime.now().strftime(...)`` then
-    ``run_dir = os.path.join("runs", stamp)`` and ``torch.save(..., os.path.join(run_dir,
-    "best.pt"))``; ``self.runs = sorted(glob.glob("run/experiment_*"))``, numbered from, while the
-    main process makes the next folder. Each process would name a folder of its own, and one then
-    reads a file only another wrote, in a folder of its own name. The processes take rank 0's value
-    right after such an assignment (ACC128). Locals follow within their function, attributes
-    (``self.experiment_dir``) anywhere in the module."""
-    sources = [
-        assign
+def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
+    """Statements binding what each process decides for itself from which the program builds a
+    path it uses (opens, makes, saves to, loads from, or returns as a path):
+
+    * an assignment of a :data:`DECIDED_PER_PROCESS` call: ``stamp = datetime.now().strftime(...)``
+      then ``run_dir = os.path.join("runs", stamp)`` and ``torch.save(..., os.path.join(run_dir,
+      "best.pt"))``; ``self.runs = sorted(glob.glob("run/experiment_*"))``, numbered from, while
+      the main process makes the next folder;
+    * a ``while`` counting past the folders there (``while os.path.exists(f"runs/exp{n}"): n +=
+      1``, YOLO's ``increment_path``), another process counting one further once the main process
+      made the folder.
+
+    Each process would name a folder of its own, and one then reads a file only another wrote, in
+    a folder of its own name. The processes take rank 0's value right after such a statement
+    (ACC128): the statements' first lines → the names to agree. Locals follow within their function, module-level names and attributes
+    (``self.experiment_dir``) anywhere in the module. Not in a dataset's methods (run in loader
+    workers, as often as each process's batches ask) nor in a file logger's, which the conversion
+    builds on the main process alone: no collective can go there."""
+    apart = a.facts.dataset_classes | a.facts.file_logger_classes
+    sources: list[tuple[cst.CSTNode, str, tuple[str, ...]]] = [
+        (assign.node, assign.function, assign.targets)
         for assign in a.r.assigns
-        if any(
+        if not (assign.scope and assign.scope[0] in apart)
+        and any(
             a.r.names.qualified_name(call.func, assign.scope) in DECIDED_PER_PROCESS for call in calls_in(assign.value)
         )
     ]
+    sources += [source for source in _counted_past_folders(a) if source[1] not in apart]
     if not sources:
-        return ()
+        return MappingProxyType({})
     used = _names_in_path_uses(a)
     used_anywhere = {name for name, _ in used}
-    found = []
-    for source in sources:
+    found: dict[int, tuple[str, ...]] = {}
+    for node, function, targets in sources:
         # A module-level name is a global every function may read.
-        everywhere = source.function == MODULE
-        derived = set(source.targets)
+        everywhere = function == MODULE
+        derived = set(targets)
         for _ in range(4):  # a name built from a name built from the stamp
             derived |= {
                 target
                 for assign in a.r.assigns
-                if _reads_derived(assign.value, derived, same_function=everywhere or assign.function == source.function)
+                if _reads_derived(assign.value, derived, same_function=everywhere or assign.function == function)
                 for target in assign.targets
             }
-        if any(
-            (name, source.function) in used or (("." in name or everywhere) and name in used_anywhere)
-            for name in derived
+        returned = any(
+            returning == function and _builds_path(value, a) and _reads_derived(value, derived, same_function=True)
+            for returning, value in a.r.returns
+        )
+        if returned or any(
+            (name, function) in used or (("." in name or everywhere) and name in used_anywhere) for name in derived
         ):
-            found.append(a.site(source.node))
-    return tuple(found)
+            found[a.site(node).line] = tuple(dict.fromkeys(targets))
+    return MappingProxyType(found)
+
+
+#: Tests of whether a path is there: a loop counting while they hold counts past the folders.
+_PATH_TESTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.isfile", "os.path.lexists"})
+
+
+def _counted_past_folders(a: Analysis) -> list[tuple[cst.CSTNode, str, tuple[str, ...]]]:
+    """``while os.path.exists(f"{path}{n}"): n += 1``: each such loop, its function (keyed as
+    :attr:`AssignRecord.function`) and the names its body counts or binds."""
+    if a.module is None:
+        return []
+    found: list[tuple[cst.CSTNode, str, tuple[str, ...]]] = []
+    for statement in a.module.body:
+        function = MODULE
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            function = statement.name.value
+        for node in nodes_in(statement):
+            if type(node) is not cst.While:
+                continue
+            scope = (function,) if function != MODULE else ()
+            tests = calls_in(node.test)
+            if not any(a.r.names.qualified_name(call.func, scope, strict=False) in _PATH_TESTS for call in tests):
+                continue
+            counted = tuple(
+                name
+                for inner in nodes_in(node.body)
+                if isinstance(inner, cst.AugAssign | cst.Assign)
+                for target in (
+                    [inner.target] if isinstance(inner, cst.AugAssign) else [t.target for t in inner.targets]
+                )
+                for name in target_names(target)
+            )
+            if counted:
+                found.append((node, function, counted))
+    return found
+
+
+def _builds_path(value: cst.BaseExpression, a: Analysis) -> bool:
+    """A path built in place: an f-string, ``+`` or ``%`` of parts, or a path constructor's call."""
+    if isinstance(value, cst.FormattedString | cst.BinaryOperation):
+        return True
+    return isinstance(value, cst.Call) and a.r.names.qualified_name(value.func, strict=False) in PATH_CONSTRUCTORS
 
 
 def _reads_derived(value: cst.BaseExpression, names: AbstractSet[str], *, same_function: bool) -> bool:
@@ -1300,8 +1357,9 @@ class Locality:
     shared_draws: tuple[Site, ...] = ()
     #: Assignments binding what each process decides for itself (a time stamp, its process id, a
     #: fresh id, a folder listing: :data:`DECIDED_PER_PROCESS`) from which the program builds a
-    #: path it opens, makes, saves to or loads from: see :func:`paths_decided_per_process`.
-    decided_per_process: tuple[Site, ...] = ()
+    #: path it uses, by the statement's first line → the names to agree there: see
+    #: :func:`paths_decided_per_process`.
+    decided_per_process: Mapping[int, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     #: Per function (``"<module>"``, a class's name for its methods): the names bound to a
     #: ``torch.nn`` loss module averaging over this process's batch (``criterion = nn.MSELoss()``).
     batch_mean_losses: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
@@ -1393,6 +1451,8 @@ class Locality:
         "rank_dependent_schedule_steps",
         "shared_draws",
         "per_rank_loops",
+        "dataset_classes",
+        "file_logger_classes",
         "train_loops",
         "eval_loops",
         "backward_functions",

@@ -20,6 +20,7 @@ broadcast would wait there for the others).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 import libcst as cst
@@ -28,7 +29,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, statement, target_names
+from accel_convert.codemods.engine.syntax import dotted, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes
 from accel_convert.codemods.model.locality import locality, locality_of
@@ -41,27 +42,38 @@ MESSAGE = (
 
 
 class _PathsAgreed(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, lines: set[int], agreed_lines: set[int]) -> None:
-        super().__init__(facts, lines)
-        self.decided = lines
+    def __init__(self, facts: ScriptFacts, decided: Mapping[int, tuple[str, ...]], agreed_lines: set[int]) -> None:
+        super().__init__(facts, set(decided))
+        self.decided = decided
         self.agreed_lines = agreed_lines
         self.agreed = False
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        return self._agreed_after(original_node, updated_node)
+
+    def leave_While(
+        self, original_node: cst.While, updated_node: cst.While
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        return self._agreed_after(original_node, updated_node)
+
+    def _agreed_after(
+        self, original_node: cst.BaseStatement, updated_node: cst.BaseStatement
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        """The statement, then its names agreed (where every process reaches it, not twice)."""
         site = self.origins.site(original_node)
-        if site is None or site.line not in self.decided or site.end_line + 1 in self.agreed_lines:
-            return updated_node
-        assign = updated_node.body[0]
-        if len(updated_node.body) != 1 or not isinstance(assign, cst.Assign) or not self.every_rank_reaches_here():
-            return updated_node
-        names = [name for target in assign.targets for name in target_names(target.target)]
-        if not names:
+        names = None if site is None else self.decided.get(site.line)
+        if (
+            not names
+            or site is None
+            or site.end_line + 1 in self.agreed_lines
+            or not self.every_rank_reaches_here(original_node)
+        ):
             return updated_node
         held = names[0] if len(names) == 1 else f"({', '.join(names)})"
         agreement = statement(f"{', '.join(names)} = {AGREEING}([{held}])[0]")
-        self.report(original_node, AgreedPaths.code, MESSAGE)
+        self.report(original_node, AgreedPaths.code, MESSAGE, header_only=isinstance(original_node, cst.While))
         self.agreed = True
         return cst.FlattenSentinel([updated_node, agreement])
 
@@ -205,8 +217,8 @@ class AgreedPaths(Rule):
         return facts.has_accelerator and bool(locality_of(facts).decided_per_process)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        lines = {site.line for site in locality_of(facts).decided_per_process}
-        transformer = _PathsAgreed(facts, lines, _agreed_lines(module, facts))
+        decided = locality_of(facts).decided_per_process
+        transformer = _PathsAgreed(facts, decided, _agreed_lines(module, facts))
         changed = module.visit(transformer)
         if transformer.agreed:
             changed = _with_import(changed, options)
