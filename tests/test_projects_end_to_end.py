@@ -54,6 +54,7 @@ from tests.test_end_to_end import (
     line_shapes,
     metric_rows,
     run_env,
+    written_counts,
     wrong_totals,
 )
 
@@ -102,6 +103,7 @@ def load_project(folder: Path) -> Project:
         reported=tuple(spec.get("reported", [])),
         not_reported=tuple(spec.get("not_reported", [])),
         halved_2proc=tuple(spec.get("halved_2proc", [])),
+        written_once=tuple(spec.get("written_once", [])),
     )
     return Project(folder, spec["entry"], case, tuple(spec.get("per_rank_lines", [])), spec.get("home"))
 
@@ -265,6 +267,9 @@ def test_converted_project_prints_what_the_original_prints_on_one_process(projec
     assert not compare_files(
         case, one_process.folders[(project.name, "original")], one_process.folders[(project.name, "converted")]
     )
+    written = written_counts(case, one_process.folders[(project.name, "original")])
+    assert all(written.values()), f"the ORIGINAL project wrote none of {written}; fix the fixture"
+    assert written_counts(case, one_process.folders[(project.name, "converted")]) == written
 
 
 @pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
@@ -289,6 +294,8 @@ def test_converted_project_on_two_processes_prints_once_and_evaluates_every_samp
     assert wrong_totals(case, result.stdout) == []
     assert compare_metrics(case, reference.stdout, result.stdout, case.compare_2proc, case.halved_2proc) == []
     assert compare_files(case, one_process.folders[(project.name, "reference_2proc")], folder) == []
+    # Written once, not once per process.
+    assert written_counts(case, folder) == written_counts(case, one_process.folders[(project.name, "reference_2proc")])
 
 
 def test_local_modules_are_never_preloaded_by_forkrun(tmp_path: Path):
