@@ -158,8 +158,8 @@ def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
 
     Each process would name a folder of its own, and one then reads a file only another wrote, in
     a folder of its own name. The processes take rank 0's value right after such a statement
-    (ACC128): the statements' first lines → the names to agree. Locals follow within their function, module-level names and attributes
-    (``self.experiment_dir``) anywhere in the module. Not in a dataset's methods (run in loader
+    (ACC128): the statements' first lines → the names to agree. Locals follow within their
+    function, module-level names and attributes (``self.experiment_dir``) anywhere in the module. Not in a dataset's methods (run in loader
     workers, as often as each process's batches ask) nor in a file logger's, which the conversion
     builds on the main process alone: no collective can go there."""
     apart = a.facts.dataset_classes | a.facts.file_logger_classes
@@ -176,6 +176,9 @@ def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
         return MappingProxyType({})
     used = _names_in_path_uses(a)
     used_anywhere = {name for name, _ in used}
+    # What each assignment and return reads, asked once for every source.
+    reads = [(assign, _dotted_reads(assign.value)) for assign in a.r.assigns]
+    returns = [(function, _dotted_reads(value)) for function, value in a.r.returns if _builds_path(value, a)]
     found: dict[int, tuple[str, ...]] = {}
     for node, function, targets in sources:
         # A module-level name is a global every function may read.
@@ -184,13 +187,12 @@ def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
         for _ in range(4):  # a name built from a name built from the stamp
             derived |= {
                 target
-                for assign in a.r.assigns
-                if _reads_derived(assign.value, derived, same_function=everywhere or assign.function == function)
+                for assign, read in reads
+                if _reads_derived(read, derived, same_function=everywhere or assign.function == function)
                 for target in assign.targets
             }
         returned = any(
-            returning == function and _builds_path(value, a) and _reads_derived(value, derived, same_function=True)
-            for returning, value in a.r.returns
+            returning == function and _reads_derived(read, derived, same_function=True) for returning, read in returns
         )
         if returned or any(
             (name, function) in used or (("." in name or everywhere) and name in used_anywhere) for name in derived
@@ -206,8 +208,9 @@ _PATH_TESTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.isfile", "o
 def _counted_past_folders(a: Analysis) -> list[tuple[cst.CSTNode, str, tuple[str, ...]]]:
     """``while os.path.exists(f"{path}{n}"): n += 1``: each such loop, its function (keyed as
     :attr:`AssignRecord.function`) and the names its body counts or binds."""
-    if a.module is None:
-        return []
+    words = a.facts.word_lines
+    if a.module is None or not any(test.rpartition(".")[2] in words for test in _PATH_TESTS):
+        return []  # no such test written: no walk of the module
     found: list[tuple[cst.CSTNode, str, tuple[str, ...]]] = []
     for statement in a.module.body:
         function = MODULE
@@ -241,14 +244,19 @@ def _builds_path(value: cst.BaseExpression, a: Analysis) -> bool:
     return isinstance(value, cst.Call) and a.r.names.qualified_name(value.func, strict=False) in PATH_CONSTRUCTORS
 
 
-def _reads_derived(value: cst.BaseExpression, names: AbstractSet[str], *, same_function: bool) -> bool:
-    """Whether ``value`` reads one of ``names``: a local only in its own function (``same_function``),
-    an attribute path (``self.run_dir``) anywhere."""
-    return any(
-        read in names and (same_function or "." in read)
+def _dotted_reads(value: cst.BaseExpression) -> frozenset[str]:
+    """The names and attribute paths (``self.run_dir``, ``self``) an expression reads."""
+    return frozenset(
+        read
         for node in nodes_in(value)
         if type(node) in (cst.Name, cst.Attribute) and (read := dotted(node)) is not None
     )
+
+
+def _reads_derived(reads: AbstractSet[str], names: AbstractSet[str], *, same_function: bool) -> bool:
+    """Whether ``reads`` (:func:`_dotted_reads`) hold one of ``names``: a local only in its own
+    function (``same_function``), an attribute path anywhere."""
+    return any(read in names and (same_function or "." in read) for read in reads)
 
 
 def _names_in_path_uses(a: Analysis) -> set[tuple[str, str]]:
@@ -260,11 +268,7 @@ def _names_in_path_uses(a: Analysis) -> set[tuple[str, str]]:
         if a.qualified(call) not in _PATH_USES and a.r.names.builtin(func, call.scope) != "open":
             continue
         for arg in call.node.args:
-            used.update(
-                (read, call.function)
-                for node in nodes_in(arg.value)
-                if type(node) in (cst.Name, cst.Attribute) and (read := dotted(node)) is not None
-            )
+            used.update((read, call.function) for read in _dotted_reads(arg.value))
     return used
 
 
