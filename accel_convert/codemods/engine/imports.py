@@ -46,6 +46,13 @@ def imports_from(module: cst.Module, package: str, name: str) -> bool:
     return False
 
 
+def add_utils_import(module: cst.Module, name: str, options: Options) -> cst.Module:
+    """``from <target>.utils import <name>`` (``accel_convert.runtime.utils`` or
+    ``accelerate.utils``) added where isort would put it (see :func:`add_import`)."""
+    line = cast(cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module}.utils import {name}"))
+    return add_import(module, line, options.import_style)
+
+
 def add_import(module: cst.Module, line: cst.SimpleStatementLine, style: ImportStyle | None = None) -> cst.Module:
     """Add ``line`` (one import) where isort and ruff's ``I001`` would put it, so that a script
     whose imports were sorted stays sorted: into the ``from X import ...`` of the same module

@@ -21,12 +21,11 @@ broadcast would wait there for the others).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
 
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.imports import add_import
+from accel_convert.codemods.engine.imports import add_utils_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, statement
@@ -92,13 +91,6 @@ def _agreed_lines(module: cst.Module, facts: ScriptFacts) -> set[int]:
                 if site is not None:
                     lines.add(site.line)
     return lines
-
-
-def _with_import(module: cst.Module, options: Options) -> cst.Module:
-    line = cast(
-        cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module}.utils import {AGREEING}")
-    )
-    return add_import(module, line, options.import_style)
 
 
 class AgreedPaths(Rule):
@@ -221,5 +213,5 @@ class AgreedPaths(Rule):
         transformer = _PathsAgreed(facts, decided, _agreed_lines(module, facts))
         changed = module.visit(transformer)
         if transformer.agreed:
-            changed = _with_import(changed, options)
+            changed = add_utils_import(changed, AGREEING, options)
         return changed, transformer.changes(module)

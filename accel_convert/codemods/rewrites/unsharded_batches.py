@@ -26,7 +26,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import BATCH_MOVER
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.imports import add_import
+from accel_convert.codemods.engine.imports import add_utils_import
 from accel_convert.codemods.engine.iteration import batch_target
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
@@ -81,14 +81,6 @@ def _moves_first(loop: cst.For) -> bool:
     return (
         isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) and dotted(small.value.func) == BATCH_MOVER
     )
-
-
-def _with_import(module: cst.Module, options: Options) -> cst.Module:
-    """``send_to_device`` imported from the target's utilities (where isort would put it)."""
-    line = cast(
-        cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module}.utils import {BATCH_MOVER}")
-    )
-    return add_import(module, line, options.import_style)
 
 
 class UnshardedBatches(Rule):
@@ -203,5 +195,5 @@ class UnshardedBatches(Rule):
         transformer = _BatchesMoved(facts)
         changed = module.visit(transformer)
         if transformer.moved:
-            changed = _with_import(changed, options)
+            changed = add_utils_import(changed, BATCH_MOVER, options)
         return changed, transformer.changes(module)
