@@ -1329,3 +1329,45 @@ def test_every_model_handed_to_another_modules_training_function_is_prepared(imp
         code = converted("train", train=entry, trainer=FIT)["train"]
     assert code.count("accelerator.prepare(") == 2
     assert _unprepared_when_handed(code, call) == []
+
+
+ALIAS_FACTORY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def return_data(batch_size):
+    train_loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=batch_size, shuffle=True)
+    {aliases}
+    return {returned}
+"""
+
+ALIAS_ENTRY = """\
+import torch
+
+from dataset import return_data
+
+
+def main():
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    data_loader = return_data(4)
+    for (x,) in data_loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(net(x), x).backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("aliases", "returned"),
+    [("data_loader = train_loader", "data_loader"), ("loader = train_loader\n    chosen = loader", "chosen")],
+    ids=["one_alias", "alias_of_alias"],
+)
+def test_a_factory_returning_its_loader_under_another_name_is_a_loader_factory(aliases: str, returned: str) -> None:
+    # Beta-VAE's dataset.return_data: ``data_loader = train_loader`` then ``return data_loader``.
+    factory = ALIAS_FACTORY.format(aliases=aliases, returned=returned)
+    program = Program(modules(train=ALIAS_ENTRY, dataset=factory), "train")
+    assert program.plan()["train"].loader_factories == {"dataset.return_data"}
+    assert "data_loader = accelerator.prepare(" in converted("train", train=ALIAS_ENTRY, dataset=factory)["train"]
+    assert reports("train", "ACC901", train=ALIAS_ENTRY, dataset=factory)["train"] == []
