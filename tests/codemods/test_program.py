@@ -1300,7 +1300,9 @@ def _unprepared_when_handed(code: str, callee: str) -> list[tuple[int, str]]:
                 for element in (target.elts if isinstance(target, ast.Tuple) else [target])
                 if isinstance(element, ast.Name)
             ]
-            by_prepare = isinstance(statement.value, ast.Call) and ast.unparse(statement.value.func).endswith(".prepare")
+            by_prepare = isinstance(statement.value, ast.Call) and ast.unparse(statement.value.func).endswith(
+                ".prepare"
+            )
             prepared.update(dict.fromkeys(targets, by_prepare))
         elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
             call = statement.value

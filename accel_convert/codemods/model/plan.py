@@ -1147,7 +1147,9 @@ class _Handing:
         if params is None:
             return set()
         if not params:
-            return {arg.value.value for arg in call.args if isinstance(arg.value, cst.Name) and arg.value.value in roles}
+            return {
+                arg.value.value for arg in call.args if isinstance(arg.value, cst.Name) and arg.value.value in roles
+            }
         for param, arg in parameters_filled(call, params):
             if isinstance(arg.value, cst.Name) and param in roles:
                 found.add(arg.value.value)
