@@ -1237,3 +1237,139 @@ def test_the_detector_a_trainer_trains_through_its_optimizer_method_is_prepared(
     assert 'accelerator.save(accelerator.unwrap_model(trainer.detector).state_dict(), "detector.pt")' in train
     outcomes = convert_program(modules(**sources), "train", Options())
     assert [c.code for outcome in outcomes.values() for c in outcome.changes if c.code.startswith("ACC9")] == []
+
+
+FIT = """\
+import torch
+
+
+def train_epoch(loader, model, optimizer):
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+def fit(loader, model, optimizer, n_epochs):
+    for epoch in range(n_epochs):
+        train_epoch(loader, model, optimizer)
+"""
+
+TWO_MODELS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+{import_line}
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    {call}(loader, model, optimizer, 2)
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    {call}(loader, model, optimizer, 2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+#: The training objects ``TWO_MODELS`` hands to its training function.
+TRAINED = ("loader", "model", "optimizer")
+
+
+def _unprepared_when_handed(code: str, callee: str) -> list[tuple[int, str]]:
+    """(line, name) of each model, optimizer or loader a call of ``callee`` in ``main`` hands
+    over while the object bound to that name was last bound otherwise than by ``prepare``."""
+    import ast
+
+    main = next(node for node in ast.parse(code).body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    prepared: dict[str, bool] = {}
+    found = []
+    for statement in main.body:
+        if isinstance(statement, ast.Assign):
+            targets = [
+                element.id
+                for target in statement.targets
+                for element in (target.elts if isinstance(target, ast.Tuple) else [target])
+                if isinstance(element, ast.Name)
+            ]
+            by_prepare = isinstance(statement.value, ast.Call) and ast.unparse(statement.value.func).endswith(
+                ".prepare"
+            )
+            prepared.update(dict.fromkeys(targets, by_prepare))
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            call = statement.value
+            if ast.unparse(call.func) == callee:
+                found += [
+                    (statement.lineno, arg.id)
+                    for arg in call.args
+                    if isinstance(arg, ast.Name) and arg.id in TRAINED and not prepared[arg.id]
+                ]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [("from trainer import fit", "fit"), ("import trainer", "trainer.fit"), ("from . import trainer", "trainer.fit")],
+    ids=["from_import", "module_import", "relative_import"],
+)
+def test_every_model_handed_to_another_modules_training_function_is_prepared(import_line: str, call: str) -> None:
+    # siamese-triplet's notebook: trainer.fit trains a classification net, then a siamese net
+    # built (with its optimizer) once the first's training is over. Each call is where
+    # training starts; what it hands over must be prepared before it, the second model too.
+    entry = TWO_MODELS.format(import_line=import_line, call=call)
+    if import_line.startswith("from ."):
+        code = converted("pkg.train", pkg__init="", pkg__train=entry, pkg__trainer=FIT)["pkg.train"]
+    else:
+        code = converted("train", train=entry, trainer=FIT)["train"]
+    assert code.count("accelerator.prepare(") == 2
+    assert _unprepared_when_handed(code, call) == []
+
+
+ALIAS_FACTORY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def return_data(batch_size):
+    train_loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=batch_size, shuffle=True)
+    {aliases}
+    return {returned}
+"""
+
+ALIAS_ENTRY = """\
+import torch
+
+from dataset import return_data
+
+
+def main():
+    net = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    data_loader = return_data(4)
+    for (x,) in data_loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(net(x), x).backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("aliases", "returned"),
+    [("data_loader = train_loader", "data_loader"), ("loader = train_loader\n    chosen = loader", "chosen")],
+    ids=["one_alias", "alias_of_alias"],
+)
+def test_a_factory_returning_its_loader_under_another_name_is_a_loader_factory(aliases: str, returned: str) -> None:
+    # Beta-VAE's dataset.return_data: ``data_loader = train_loader`` then ``return data_loader``.
+    factory = ALIAS_FACTORY.format(aliases=aliases, returned=returned)
+    program = Program(modules(train=ALIAS_ENTRY, dataset=factory), "train")
+    assert program.plan()["train"].loader_factories == {"dataset.return_data"}
+    assert "data_loader = accelerator.prepare(" in converted("train", train=ALIAS_ENTRY, dataset=factory)["train"]
+    assert reports("train", "ACC901", train=ALIAS_ENTRY, dataset=factory)["train"] == []

@@ -312,21 +312,37 @@ class FactQuestions:
     def training_lines(self, block: str | None = None) -> list[int]:
         """Lines of the home block's loops over loaders, and of every call of a function that
         (directly or through its own calls) loops over one or runs a backward (training on
-        tensors sliced by hand, with no loader). ``block``: another function's, instead."""
+        tensors sliced by hand, with no loader), in this module or in another of the program
+        (``fit(train_loader, model, ...)`` after ``from trainer import fit``). ``block``: another
+        function's, instead."""
         loops = [*self.train_loops, *self.eval_loops]
         home = self.home_function if block is None else block
         trains = self.backward_functions & self.call_graph.get(home, set())
+        seeds = self.program
+        # Another module's function looping over a loader or running a backward (by its
+        # qualified name, as the call graph files the calls of imported program functions).
+        elsewhere = seeds.looping_functions | seeds.backward_functions if seeds is not None else frozenset()
         # A loop in a function nested in the home function's body runs where that function is
         # called: its call is where training starts, never the loop inside the ``def``.
-        looping = callers_closure({loop.nested or loop.function for loop in loops} | (trains - {home}), self.call_graph)
+        looping = callers_closure(
+            {loop.nested or loop.function for loop in loops} | (trains - {home}) | elsewhere, self.call_graph
+        )
         # A nested function's own block (``main.train``) holds the loops nested nowhere deeper.
         lines = [loop.site.line for loop in loops if (loop.nested or loop.function) == home]
         # A function nested in another's body is called there: its calls are where training
         # starts in this block only when this block's code makes them.
         called = self.call_graph.get(home, set())
+        # Another module's function starts the training where this block calls it, when no other
+        # function of this module calls it (its calls are filed by name, not by caller): a call
+        # in one of them starts the training where that function is called.
+        elsewhere_here = {
+            name
+            for name in elsewhere & called
+            if not any(name in callees for caller, callees in self.call_graph.items() if caller not in (home, MODULE))
+        }
         lines += [
             site.line
-            for name in looping
+            for name in looping - (elsewhere - elsewhere_here)
             if name in called or name not in self.nested_functions
             for site in self.call_sites.get(name, ())
         ]

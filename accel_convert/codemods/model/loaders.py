@@ -65,6 +65,7 @@ def loader_factories(a: Analysis) -> None:
         if a.constructs_loader(constructed(assign.value), assign.scope)
         for target in assign.targets
     }
+    built_in |= _loader_aliases(a, built_in)
     lists = _lists_of_loaders(a, built_in)
     # A method (``self.make_loader()``) is a factory the same way: scope (class, method).
     returns = [((function,), value) for function, value in a.r.returns] + list(a.r.method_returns)
@@ -85,6 +86,25 @@ def loader_factories(a: Analysis) -> None:
         )
         for function, positions in a.loader_factories.items()
     }
+
+
+def _loader_aliases(a: Analysis, built_in: AbstractSet[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(function, name) for every plain ``name = other`` of a function where ``other`` holds a
+    loader it builds (``data_loader = train_loader`` before Beta-VAE's ``return data_loader``),
+    transitively: the name holds the same loader."""
+    found: set[tuple[str, str]] = set()
+    changed = True
+    while changed:
+        changed = False
+        for assign in a.r.assigns:
+            value = assign.value
+            if not isinstance(value, cst.Name) or len(assign.targets) != 1:
+                continue
+            alias = (assign.function, assign.targets[0])
+            if (assign.function, value.value) in built_in | found and alias not in built_in | found:
+                found.add(alias)
+                changed = True
+    return found
 
 
 def _add_returned_loaders(

@@ -194,6 +194,10 @@ class ConversionPlan:
     #: backward, builds no optimizer of its own) → its parameters: objects built after training
     #: began and handed to its model or optimizer parameters are prepared right before that call
     #: (the transfer-learning tutorial's second ``train_model(model_conv, ..., optimizer_conv)``).
+    #: Another module's function this one calls that runs a backward (``trainer.fit`` after
+    #: ``from trainer import fit``), by its qualified name → no parameters: what a call hands it
+    #: that is a model or an optimizer here is what it trains (the program seeds its parameters
+    #: with those roles from these very arguments).
     handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     #: Preparing block (a home block, by its function or ``"<module>"``, or a preparing function)
     #: → object of ``to_prepare`` → the original lines (first, last) of the statements binding it
@@ -970,6 +974,8 @@ class _Handing:
         #: Block → what it builds before its training (set by :meth:`prepares`).
         self.built: Mapping[str, Mapping[str, tuple[int, int]]] = {}
         self.preparing = _preparing_functions(a.facts)
+        #: The scope of the block being read (set by :meth:`prepares`): where its calls' names resolve.
+        self.scope: tuple[str, ...] = ()
 
     def prepares(
         self,
@@ -982,6 +988,7 @@ class _Handing:
         prepared after a statement binding it (the last before the statement training it)."""
         facts = self.a.facts
         self.built = built
+        self.scope = () if block == MODULE else tuple(block.split("."))
         # What the block prepares where it is built (each time), and the loaders it prepares
         # before a wrap; not what its one prepare takes, which a rebinding in a loop makes new.
         here = set(built.get(block, {})) | set(self.received.get(block, ()))
@@ -1124,16 +1131,25 @@ class _Handing:
                 continue
             for small in line.body:
                 value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
-                if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                if not isinstance(value, cst.Call):
+                    continue
+                if isinstance(value.func, cst.Name) and value.func.value in self.a.r.defs:
                     found |= self._handed_by(value, self.handed.get(value.func.value))
+                elif self.handed.get(self.a.facts.program_callee(value.func, self.scope) or "") == ():
+                    found |= self._handed_by(value, ())
         return found
 
     def _handed_by(self, call: cst.Call, params: tuple[str, ...] | None) -> set[str]:
-        """What ``call`` hands to the model and optimizer parameters ``params`` name."""
+        """What ``call`` hands to the model and optimizer parameters ``params`` name; ``()``: a
+        function of another module, handed the models and optimizers among its arguments."""
         roles = self.a.facts.models | self.a.facts.optimizers
         found: set[str] = set()
         if params is None:
             return set()
+        if not params:
+            return {
+                arg.value.value for arg in call.args if isinstance(arg.value, cst.Name) and arg.value.value in roles
+            }
         for param, arg in parameters_filled(call, params):
             if isinstance(arg.value, cst.Name) and param in roles:
                 found.add(arg.value.value)
@@ -1404,7 +1420,7 @@ def _handed_for_training(a: Analysis) -> dict[str, tuple[str, ...]]:
     objects (or a device), by their parameter names, that run a backward and build no optimizer."""
     facts = a.facts
     roles = facts.trained_objects | facts.device_names
-    return {
+    found = {
         function: params
         for function, params in a.r.defs.items()
         if function != facts.main_function
@@ -1412,6 +1428,10 @@ def _handed_for_training(a: Analysis) -> dict[str, tuple[str, ...]]:
         and function in facts.backward_functions
         and function not in facts.training_functions
     }
+    elsewhere = a.seeds.backward_functions if a.seeds is not None else frozenset()
+    called = {callee for callees in facts.call_graph.values() for callee in callees}
+    found.update(dict.fromkeys(sorted(elsewhere & called), ()))
+    return found
 
 
 def _home_blocks(module: cst.Module, facts: FactsDraft) -> dict[str, list[cst.BaseStatement]]:
