@@ -812,6 +812,10 @@ def flow_into_parameters(a: Analysis) -> None:
     runs ``model = self.model`` and builds the optimizer from ``model.parameters()``) makes the
     caller's name a model, which its caller prepares.
 
+    A name bound only to what a function of the file returns when that is always one of its
+    models (``trained = fit(loader)``, ``fit`` ending ``return model``) holds that model, prepared
+    where the function prepares it (:func:`_models_returned`).
+
     Followed to a fixed point: what the way back finds flows forward again (``net`` a model makes
     the attribute ``self.model`` one, held prepared, so ``model = self.model`` stands for the
     prepared object, no model of its own left unprepared, ACC926). Each round adds a name to a
@@ -853,9 +857,7 @@ def _models_returned(a: Analysis) -> None:
     for scope, value in a.r.method_returns:
         if len(scope) == 2:
             returning.setdefault((scope[0], scope[1]), set()).add(dotted(value))
-    trained = {
-        builder for builder, names in returning.items() if None not in names and names <= facts.models
-    }
+    trained = {builder for builder, names in returning.items() if None not in names and names <= facts.models}
     holding: set[str] = set()
     other: set[str] = set()
     for assign in a.r.assigns:
