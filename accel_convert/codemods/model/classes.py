@@ -735,8 +735,11 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         built = _built_unprepared(a, assign, owner.self_names.get(assign.scope[1]), held)
         if not built:
             continue
-        if set(assign.targets) & _returned_by(a, name, method):
-            continue  # a builder's (``return model, optimizer``): its caller prepares what it unpacks
+        if set(assign.targets) & _returned_by(a, name, method) and (name, assign.scope[1]) not in a.backward_methods:
+            # A builder's (``return model, optimizer``): its caller prepares what it unpacks. A
+            # method that trains what it builds and returns it (``fit()`` ending ``return model``)
+            # prepares it, as a training function does.
+            continue
         found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
         a.method_prepare[name][method] = (*found, *(t for t in built if t not in found))
         covered.update(built)

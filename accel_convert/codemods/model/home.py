@@ -112,6 +112,14 @@ def _home_block(a: Analysis) -> None:
         home, in_guard = _home_of_training_functions(a)
     if home is None:
         home = _home_by_what_it_binds(a)
+    repeated = _module_calls_repeating(a, home)
+    if repeated:
+        # ``for seed in seeds: run(seed)`` in module code (``train(...)`` per example, a
+        # tutorial's hand-written SGD): an accelerator created in ``run`` would be created at each
+        # call, and the module's own code after it (its saves, its prints, the functions it calls)
+        # could not reach it. Module code creates it; the function prepares what it builds.
+        a.facts.training_functions |= {home}
+        home, in_guard = MODULE, all(call.in_main_guard for call in repeated)
     _settle_home(a, *_block_that_can_hold_it(a, home, in_guard))
     a.facts.training_functions |= _nested_optimizer_builders(a)
     savers = classes_saving_handed_models(a) + classes_keeping_handles(a)
@@ -305,17 +313,33 @@ def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:
         facts.accessible_functions |= a.reachable(a.r.guard_defs)
 
 
+def _calls_from_elsewhere(a: Analysis, function: str) -> list[CallRecord]:
+    """The calls of the module-level ``function`` by its name from other code than its own."""
+    return [
+        call
+        for call in a.r.calls
+        if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
+    ]
+
+
+def _module_calls_repeating(a: Analysis, home: str | None) -> list[CallRecord]:
+    """The calls of ``home``, a module-level function, when module code alone calls it (its top
+    level or its ``__main__`` block), more than once or in a loop; else none."""
+    if home is None or home not in a.r.defs:
+        return []
+    calls = _calls_from_elsewhere(a, home)
+    if not calls or any(call.function != MODULE for call in calls):
+        return []
+    return calls if len(calls) > 1 or any(call.loops for call in calls) else []
+
+
 def _creating_function(a: Analysis, home: str) -> str:
     """Where the accelerator is created: the home function, unless another function calls it
     more than once or in a loop (one trial per width, one run per seed), then that caller
     (and so on up): an accelerator must be created once per process."""
     seen = {home}
     while True:
-        calls = [
-            call
-            for call in a.r.calls
-            if isinstance(call.node.func, cst.Name) and call.node.func.value == home and call.function != home
-        ]
+        calls = _calls_from_elsewhere(a, home)
         callers = {call.function for call in calls}
         repeated = len(calls) > 1 or any(call.loops for call in calls)
         if len(callers) != 1 or not repeated:
@@ -390,11 +414,7 @@ def _calls_from_one_block(a: Analysis, function: str) -> list[CallRecord]:
     """The calls of ``function`` from other code, when they all come from one block; and, for a
     function building its model, when that block calls it once (called per trial, that block
     creates the accelerator and prepares the loaders anyway, see ``_creating_function``)."""
-    calls = [
-        call
-        for call in a.r.calls
-        if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
-    ]
+    calls = _calls_from_elsewhere(a, function)
     if len({call.function for call in calls}) != 1:
         return []
     if not _receives_its_models(a, function) and (len(calls) > 1 or any(call.loops for call in calls)):

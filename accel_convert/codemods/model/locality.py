@@ -1729,7 +1729,20 @@ def only_batch_mean_reduced(call: cst.Call) -> bool:
 
 def batch_mean_reduced(call: cst.Call) -> bool:
     """A loss call or constructor without ``reduction=`` (the mean), or with ``reduction="mean"``:
-    its value averages over this process's batch."""
+    its value averages over this process's batch. PyTorch's legacy arguments decide over
+    ``reduction``: ``size_average=False`` sums the rows (the old MNIST example's and the spatial
+    transformer tutorial's ``F.nll_loss(output, target, size_average=False)``), ``reduce=False``
+    keeps one loss per row."""
+    legacy = {
+        arg.keyword.value
+        for arg in call.args
+        if arg.keyword is not None
+        and arg.keyword.value in ("size_average", "reduce")
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "False"
+    }
+    if legacy:
+        return False
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "reduction":
             return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"

@@ -803,6 +803,7 @@ def trackers(a: Analysis) -> None:
         "cuda_flags",
         "trackers",
         "frozen_models",
+        "prepared",
     ),
 )
 def flow_into_parameters(a: Analysis) -> None:
@@ -810,6 +811,10 @@ def flow_into_parameters(a: Analysis) -> None:
     training the model its caller passed in (``Trainer(config, net, loader)`` whose ``train()``
     runs ``model = self.model`` and builds the optimizer from ``model.parameters()``) makes the
     caller's name a model, which its caller prepares.
+
+    A name bound only to what a function of the file returns when that is always one of its
+    models (``trained = fit(loader)``, ``fit`` ending ``return model``) holds that model, prepared
+    where the function prepares it (:func:`_models_returned`).
 
     Followed to a fixed point: what the way back finds flows forward again (``net`` a model makes
     the attribute ``self.model`` one, held prepared, so ``model = self.model`` stands for the
@@ -830,6 +835,7 @@ def flow_into_parameters(a: Analysis) -> None:
         before = sum(len(role) for role in roles)
         _roles_into_parameters(origins, roles)
         _models_handed_in(a, origins)
+        _models_returned(a)
         if sum(len(role) for role in roles) == before:
             break
     # A parameter receiving a model only moved to the device (``evaluate(self.net, loader)``, the
@@ -837,6 +843,34 @@ def flow_into_parameters(a: Analysis) -> None:
     for (_, param), received in origins.items():
         if received & facts.frozen_models and param not in facts.models:
             facts.frozen_models.add(param)
+
+
+def _models_returned(a: Analysis) -> None:
+    """A name bound to what a function of the file returns, when every return of that function is
+    one of its models (``trained = fit(loader)`` where ``fit`` builds, trains and ``return model``):
+    the caller holds that model (prepared where the function prepares it), a model too."""
+    facts = a.facts
+    returning: dict[Builder, set[str | None]] = {}
+    for function, value in a.r.returns:
+        if function in a.r.defs:
+            returning.setdefault(function, set()).add(dotted(value))
+    for scope, value in a.r.method_returns:
+        if len(scope) == 2:
+            returning.setdefault((scope[0], scope[1]), set()).add(dotted(value))
+    trained = {builder for builder, names in returning.items() if None not in names and names <= facts.models}
+    holding: set[str] = set()
+    other: set[str] = set()
+    for assign in a.r.assigns:
+        builder = _builder_called(a, assign)
+        if builder in trained and len(assign.targets) == 1 and not _builds_itself(assign, builder):
+            holding.update(assign.targets)
+        else:
+            other.update(assign.targets)
+    # Only a name bound to nothing else: a model's own name bound again (``model =
+    # train_model(model, ...)``) stays the model it is, which the plan prepares where it is built.
+    found = holding - other - facts.models
+    facts.models.update(found)
+    facts.prepared.update(found)
 
 
 def models_into_parameters(a: Analysis, models: AbstractSet[str]) -> None:
