@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from functools import cache, lru_cache
 from types import MappingProxyType
+from typing import TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -33,6 +34,7 @@ POSITIONED_TYPES = concrete_subclasses(*POSITIONED)
 CARRIED_TYPES = POSITIONED_TYPES | {cst.Module}
 STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 STATEMENT_TYPES = concrete_subclasses(*STATEMENTS)
+_Statement = TypeVar("_Statement", bound=cst.CSTNode)
 
 
 def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
@@ -83,6 +85,16 @@ class OriginIndex:
         entry = self._sites.get(id(original))
         if entry is not None and entry[1] is original:
             self._sites[id(updated)] = (entry[0], updated)
+
+    def relined(self, statement: _Statement, leading_lines: Sequence[cst.EmptyLine]) -> _Statement:
+        """``statement`` with other blank or comment lines above it (the lines of a block a
+        removal dissolved, or none where it went first in its block), still at its original
+        site: a compound statement is a new node, and a later pass that finds it by its
+        original line (the ``if``/``else`` binding the optimizer, where ``prepare`` goes
+        after it) must still find it."""
+        relined = statement.with_changes(leading_lines=leading_lines)
+        self.carry(statement, relined)
+        return relined
 
 
 # -- original positions -----------------------------------------------------------------------

@@ -826,8 +826,7 @@ class _AmpRemover(RuleTransformer):
         )
         if statements:
             first = statements[0]
-            statements[0] = first.with_changes(leading_lines=[*updated_node.leading_lines, *first.leading_lines])
-            self.origins.carry(first, statements[0])
+            statements[0] = self.origins.relined(first, [*updated_node.leading_lines, *first.leading_lines])
         return cst.FlattenSentinel(statements)
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
@@ -844,9 +843,7 @@ class _AmpRemover(RuleTransformer):
             return updated_node
         self.findings.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
         statements = as_statements(updated_node.body.body)
-        statements[0] = statements[0].with_changes(
-            leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
-        )
+        statements[0] = self.origins.relined(statements[0], [*updated_node.leading_lines, *statements[0].leading_lines])
         return cst.FlattenSentinel(statements)
 
 

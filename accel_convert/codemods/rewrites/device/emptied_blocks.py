@@ -29,7 +29,7 @@ class EmptiedBlocks(DeviceWalkState):
         if first.leading_lines and not any(line.comment for line in first.leading_lines):
             removed_first = self.origins.site(original_node.body[0]) != self.origins.site(first)
             if removed_first:
-                return updated_node.with_changes(body=[first.with_changes(leading_lines=()), *body[1:]])
+                return updated_node.with_changes(body=[self.origins.relined(first, ()), *body[1:]])
         return updated_node
 
     def visit_If(self, node: cst.If) -> None:

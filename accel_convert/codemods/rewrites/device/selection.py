@@ -168,5 +168,5 @@ class Selection(DeviceWalkState):
         statements = list(body.body)
         first = statements[0]
         if isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            statements[0] = first.with_changes(leading_lines=[*updated_node.leading_lines, *first.leading_lines])
+            statements[0] = self.origins.relined(first, [*updated_node.leading_lines, *first.leading_lines])
         return cst.FlattenSentinel(statements)
