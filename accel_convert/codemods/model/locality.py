@@ -1457,6 +1457,7 @@ class Locality:
         "per_rank_loops",
         "dataset_classes",
         "file_logger_classes",
+        "word_lines",
         "train_loops",
         "eval_loops",
         "backward_functions",
