@@ -162,16 +162,7 @@ def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
     function, module-level names and attributes (``self.experiment_dir``) anywhere in the module. Not in a dataset's methods (run in loader
     workers, as often as each process's batches ask) nor in a file logger's, which the conversion
     builds on the main process alone: no collective can go there."""
-    apart = a.facts.dataset_classes | a.facts.file_logger_classes
-    sources: list[tuple[cst.CSTNode, str, tuple[str, ...]]] = [
-        (assign.node, assign.function, assign.targets)
-        for assign in a.r.assigns
-        if not (assign.scope and assign.scope[0] in apart)
-        and any(
-            a.r.names.qualified_name(call.func, assign.scope) in DECIDED_PER_PROCESS for call in calls_in(assign.value)
-        )
-    ]
-    sources += [source for source in _counted_past_folders(a) if source[1] not in apart]
+    sources = _decision_sources(a)
     if not sources:
         return MappingProxyType({})
     used = _names_in_path_uses(a)
@@ -183,14 +174,7 @@ def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
     for node, function, targets in sources:
         # A module-level name is a global every function may read.
         everywhere = function == MODULE
-        derived = set(targets)
-        for _ in range(4):  # a name built from a name built from the stamp
-            derived |= {
-                target
-                for assign, read in reads
-                if _reads_derived(read, derived, same_function=everywhere or assign.function == function)
-                for target in assign.targets
-            }
+        derived = _derived_names(set(targets), reads, function, everywhere)
         returned = any(
             returning == function and _reads_derived(read, derived, same_function=True) for returning, read in returns
         )
@@ -199,6 +183,36 @@ def paths_decided_per_process(a: Analysis) -> Mapping[int, tuple[str, ...]]:
         ):
             found[a.site(node).line] = tuple(dict.fromkeys(targets))
     return MappingProxyType(found)
+
+
+def _decision_sources(a: Analysis) -> list[tuple[cst.CSTNode, str, tuple[str, ...]]]:
+    """The statements deciding a value per process (see :func:`paths_decided_per_process`), each
+    with its function and the names it binds."""
+    apart = a.facts.dataset_classes | a.facts.file_logger_classes
+    sources: list[tuple[cst.CSTNode, str, tuple[str, ...]]] = [
+        (assign.node, assign.function, assign.targets)
+        for assign in a.r.assigns
+        if not (assign.scope and assign.scope[0] in apart)
+        and any(
+            a.r.names.qualified_name(call.func, assign.scope) in DECIDED_PER_PROCESS for call in calls_in(assign.value)
+        )
+    ]
+    return sources + [source for source in _counted_past_folders(a) if source[1] not in apart]
+
+
+def _derived_names(
+    names: set[str], reads: Sequence[tuple[AssignRecord, frozenset[str]]], function: str, everywhere: bool
+) -> set[str]:
+    """``names`` and the names assigned from them, transitively (a name built from a name built
+    from the stamp), within ``function`` unless ``everywhere``; attribute paths anywhere."""
+    for _ in range(4):
+        names |= {
+            target
+            for assign, read in reads
+            if _reads_derived(read, names, same_function=everywhere or assign.function == function)
+            for target in assign.targets
+        }
+    return names
 
 
 #: Tests of whether a path is there: a loop counting while they hold counts past the folders.
